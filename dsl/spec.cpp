@@ -1,0 +1,45 @@
+#include "fp8c/spec.hpp"
+
+#include "dsl/enum_names.hpp"
+
+namespace fp8c {
+
+std::string Target::str() const {
+  return "sm_" + std::to_string(sm) + (arch_specific ? "a" : "");
+}
+
+std::optional<Target> parse_target(std::string_view text) {
+  for (const auto& known : dsl::known_targets())
+    if (known.str() == text) return known;
+  return std::nullopt;
+}
+
+const Layer* Spec::find_layer(std::string_view name) const {
+  for (const auto& layer : layers)
+    if (layer.name == name) return &layer;
+  return nullptr;
+}
+
+#define FP8C_TO_STRING(Type)                        \
+  std::string_view to_string(Type value) {          \
+    for (const auto& [name, v] : dsl::names<Type>()) \
+      if (v == value) return name;                  \
+    return "?";                                     \
+  }
+
+FP8C_TO_STRING(Fp8Format)
+FP8C_TO_STRING(DType)
+FP8C_TO_STRING(RecipeKind)
+FP8C_TO_STRING(AmaxAlgo)
+FP8C_TO_STRING(ScaleForm)
+FP8C_TO_STRING(NanPolicy)
+FP8C_TO_STRING(Overlap)
+FP8C_TO_STRING(ParallelMode)
+FP8C_TO_STRING(Activation)
+FP8C_TO_STRING(SaveInput)
+FP8C_TO_STRING(GemmBackend)
+FP8C_TO_STRING(GemmKind)
+
+#undef FP8C_TO_STRING
+
+}  // namespace fp8c

@@ -1,0 +1,28 @@
+// The `fp8c` command's subcommands. Each takes its arguments (after the
+// subcommand's name) and returns the process exit status:
+// 0 success, 1 the input is invalid (or a check failed), 2 usage error.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fp8c::tools {
+
+using Args = std::vector<std::string>;
+
+struct Command {
+  std::string_view name;
+  std::string_view summary;  // one line for `fp8c --help`
+  std::string_view help;     // the whole text for `fp8c NAME --help`
+  int (*run)(const Args& args);
+};
+
+const std::vector<Command>& dsl_commands();
+
+// Usage errors print `fp8c NAME: message` and a pointer to --help.
+int usage_error(std::string_view command, std::string_view message);
+
+bool wants_help(const Args& args);
+
+}  // namespace fp8c::tools

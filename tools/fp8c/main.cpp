@@ -1,0 +1,78 @@
+// fp8c: check, format, explain (and later plan, verify, emit, compile, bench)
+// .fp8 layer specs.
+
+#include <iostream>
+
+#include "tools/fp8c/commands.hpp"
+
+namespace fp8c::tools {
+namespace {
+
+std::vector<Command> all_commands() {
+  std::vector<Command> all = dsl_commands();
+  return all;
+}
+
+void print_help(std::ostream& out) {
+  out << "usage: fp8c COMMAND [ARGS...]\n"
+         "\n"
+         "fp8c compiles .fp8 layer specs (linear layers, their FP8 recipe and their\n"
+         "tensor/sequence-parallel layout) into FP8 kernels. Commands:\n\n";
+  for (const auto& c : all_commands()) {
+    out << "  " << c.name << std::string(10 - std::min<std::size_t>(9, c.name.size()), ' ')
+        << c.summary << "\n";
+  }
+  out << "\n`fp8c COMMAND --help` describes a command.\n"
+         "Exit status: 0 success, 1 invalid input or failed check, 2 usage error.\n";
+}
+
+}  // namespace
+
+int usage_error(std::string_view command, std::string_view message) {
+  std::cerr << "fp8c " << command << ": " << message << "\n"
+            << "run `fp8c " << command << " --help` for usage\n";
+  return 2;
+}
+
+bool wants_help(const Args& args) {
+  for (const auto& a : args)
+    if (a == "--help" || a == "-h") return true;
+  return false;
+}
+
+}  // namespace fp8c::tools
+
+int main(int argc, char** argv) {
+  using namespace fp8c::tools;
+  std::ios::sync_with_stdio(false);
+  if (argc < 2) {
+    print_help(std::cerr);
+    return 2;
+  }
+  const std::string name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    print_help(std::cout);
+    return 0;
+  }
+  if (name == "--version") {
+    std::cout << "fp8c 0.1.0\n";
+    return 0;
+  }
+  for (const auto& command : all_commands()) {
+    if (command.name != name) continue;
+    const Args args(argv + 2, argv + argc);
+    if (wants_help(args)) {
+      std::cout << command.help;
+      return 0;
+    }
+    try {
+      return command.run(args);
+    } catch (const std::exception& e) {
+      std::cerr << "fp8c " << name << ": " << e.what() << "\n";
+      return 1;
+    }
+  }
+  std::cerr << "fp8c: unknown command '" << name << "'\n";
+  print_help(std::cerr);
+  return 2;
+}
