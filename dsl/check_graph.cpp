@@ -32,7 +32,7 @@ void Checker::check_graph(Spec& spec) {
     if (!by_name.count(layer.input)) {
       std::vector<std::string_view> names;
       for (const auto& [name, l] : by_name) names.push_back(name);
-      diagnostics_.error(where, "unknown layer '" + layer.input + "'" + did_you_mean(layer.input, names));
+      diagnostics_.error(where, "unknown layer " + quoted(layer.input) + did_you_mean(layer.input, names));
       references_ok = false;
     }
   }
@@ -50,7 +50,7 @@ void Checker::check_graph(Spec& spec) {
     }
     if (next != layer.name || in_reported_cycle.count(layer.name)) continue;
     std::string chain = layer.name;
-    for (std::size_t i = path.size(); i-- > 0;) chain += " <- " + path[i];
+    for (std::size_t i = path.size(); i-- > 0;) chain += " -> " + path[i];
     for (const auto& name : path) in_reported_cycle.insert(name);
     diagnostics_.error(layer_sites_.at(layer.name).value_or_name("input"),
                        "layers feed each other in a cycle: " + chain);

@@ -132,7 +132,7 @@ void Checker::layer_layout(const ast::Entry& entry, Layer& layer) {
     if (mode) atoms.pop_back();
   }
   if (!mode && atoms.size() > 1 && last.kind == ast::Atom::Kind::word) {
-    diagnostics_.error(last.where, "unknown parallel mode '" + last.text + "'" +
+    diagnostics_.error(last.where, "unknown parallel mode " + quoted(last.text) +
                                        did_you_mean(last.text, {"column", "row"}) +
                                        " (a layout ends with column or row)");
     return;

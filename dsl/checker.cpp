@@ -1,5 +1,6 @@
 #include "dsl/checker.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -45,7 +46,7 @@ void Checker::collect(const ast::File& file) {
     if (std::find(kDeclarationKinds.begin(), kDeclarationKinds.end(), kind) ==
         kDeclarationKinds.end()) {
       diagnostics_.error(declaration.kind.where,
-                         "unknown declaration '" + kind + "'" +
+                         "unknown declaration " + quoted(kind) +
                              did_you_mean(kind, kDeclarationKinds) +
                              " (a file declares recipes, layouts, layers, debug blocks and a target)");
       continue;
@@ -92,6 +93,13 @@ void Checker::collect(const ast::File& file) {
     }
     declaration_order_.push_back(&declaration);
   }
+  // An empty file (or one of comments, or of settings only) is most likely
+  // the wrong file or a truncated one; there is nothing to compile in it.
+  const bool has_layer = std::any_of(file.declarations.begin(), file.declarations.end(),
+                                     [](const auto& d) { return d.kind.text == "layer"; });
+  if (!has_layer && !diagnostics_.has_errors())
+    diagnostics_.error({0, 0}, "the file declares no layers: a spec needs at least one "
+                               "`layer NAME = linear { ... }`");
 }
 
 void Checker::check_target() {

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "dsl/prescan.hpp"
+
 namespace fp8c {
 
 SourceFile::SourceFile(std::string path, std::string text)
@@ -46,21 +48,6 @@ SourceFile read_source_file(const std::string& path) {
   return SourceFile(path, std::move(text));
 }
 
-void Diagnostics::error(SourceRange where, std::string message) {
-  ++error_count_;
-  dropping_notes_ = error_count_ > kMaxErrors;
-  if (!dropping_notes_) items_.push_back({Severity::error, where, std::move(message)});
-}
-
-void Diagnostics::warning(SourceRange where, std::string message) {
-  dropping_notes_ = false;
-  items_.push_back({Severity::warning, where, std::move(message)});
-}
-
-void Diagnostics::note(SourceRange where, std::string message) {
-  if (!dropping_notes_) items_.push_back({Severity::note, where, std::move(message)});
-}
-
 namespace {
 
 std::string_view severity_name(Severity s) {
@@ -79,7 +66,56 @@ std::string_view severity_name(Severity s) {
 // cut to a window around the caret, marked with "...".
 constexpr std::uint32_t kShownColumns = 160;
 
+// The longest message kept; the checker already shortens the words it
+// quotes, this bounds the rest (e.g. absurdly long names).
+constexpr std::size_t kMaxMessageBytes = 1000;
+
+std::string bounded(std::string message) {
+  if (message.size() > kMaxMessageBytes) {
+    message.resize(kMaxMessageBytes - 3);
+    message += "...";
+  }
+  return message;
+}
+
+// A source line as shown to a terminal: control characters (escape
+// sequences!) and bytes that are not valid UTF-8 become '?', one for one, so
+// the caret still lines up.
+std::string printable(std::string_view line) {
+  std::string out(line);
+  for (std::size_t i = 0; i < out.size();) {
+    const auto c = static_cast<unsigned char>(out[i]);
+    if (c >= 0x80) {
+      const std::size_t length = dsl::utf8_sequence_length(out, i);
+      if (length == 0) {
+        out[i++] = '?';
+      } else {
+        i += length;
+      }
+      continue;
+    }
+    if ((c < 0x20 && c != '\t') || c == 0x7F) out[i] = '?';
+    ++i;
+  }
+  return out;
+}
+
 }  // namespace
+
+void Diagnostics::error(SourceRange where, std::string message) {
+  ++error_count_;
+  dropping_notes_ = error_count_ > kMaxErrors;
+  if (!dropping_notes_) items_.push_back({Severity::error, where, bounded(std::move(message))});
+}
+
+void Diagnostics::warning(SourceRange where, std::string message) {
+  dropping_notes_ = false;
+  items_.push_back({Severity::warning, where, bounded(std::move(message))});
+}
+
+void Diagnostics::note(SourceRange where, std::string message) {
+  if (!dropping_notes_) items_.push_back({Severity::note, where, bounded(std::move(message))});
+}
 
 std::string render_diagnostic(const SourceFile& file, const Diagnostic& d) {
   const auto lc = file.line_col(d.where.begin);
@@ -95,7 +131,7 @@ std::string render_diagnostic(const SourceFile& file, const Diagnostic& d) {
     line = line.substr(start, kShownColumns);
     caret -= start;
   }
-  out += "  " + prefix + std::string(line) + "\n  " + std::string(prefix.size(), ' ');
+  out += "  " + prefix + printable(line) + "\n  " + std::string(prefix.size(), ' ');
   // Tabs stay tabs so the caret lines up however the terminal expands them.
   for (std::uint32_t i = 0; i < caret && i < line.size(); ++i) out += line[i] == '\t' ? '\t' : ' ';
   out += '^';

@@ -118,10 +118,8 @@ class Formatter {
       const bool blank_before = i > 0 && blank_line_between(block.entries[i - 1].where.end,
                                                             entry.where.begin);
       if (blank_before) out_ += '\n';
-      const bool comment_before = own_line_comments(entry.where.begin, inner, true);
-      if (i == 0 || blank_before || comment_before || is_multi_line(block.entries[i - 1]) ||
-          is_multi_line(entry))
-        width = run_width(block, i);
+      own_line_comments(entry.where.begin, inner, true);
+      if (i == 0 || starts_run(block, i)) width = run_width(block, i);
       out_ += std::string(static_cast<std::size_t>(inner), ' ') + entry.key.text;
       if (!is_multi_line(entry)) out_ += std::string(width - entry.key.text.size(), ' ');
       out_ += " = ";
@@ -136,15 +134,36 @@ class Formatter {
   std::size_t run_width(const ast::Block& block, std::size_t start) const {
     std::size_t width = block.entries[start].key.text.size();
     if (is_multi_line(block.entries[start])) return width;
-    for (std::size_t j = start + 1; j < block.entries.size(); ++j) {
-      const auto& entry = block.entries[j];
-      if (is_multi_line(entry) ||
-          blank_line_between(block.entries[j - 1].where.end, entry.where.begin) ||
-          own_line_comment_before(block.entries[j - 1].where.end, entry.where.begin))
-        break;
-      width = std::max(width, entry.key.text.size());
-    }
+    for (std::size_t j = start + 1; j < block.entries.size() && !starts_run(block, j); ++j)
+      width = std::max(width, block.entries[j].key.text.size());
     return width;
+  }
+
+  // Whether entry i begins a new run of aligned entries: after a blank line,
+  // after a comment printed on a line of its own, or next to a multi-line entry.
+  bool starts_run(const ast::Block& block, std::size_t i) const {
+    const auto& prev = block.entries[i - 1];
+    const auto& entry = block.entries[i];
+    return is_multi_line(prev) || is_multi_line(entry) ||
+           blank_line_between(prev.where.end, entry.where.begin) ||
+           comment_lines_between(prev, entry);
+  }
+
+  // Whether comments between two one-line entries will be printed on lines of
+  // their own: all of them but one trailing the first entry's line (and that
+  // one only if no comment sits inside the first entry, which would come
+  // first and so be printed on its own line).
+  bool comment_lines_between(const ast::Entry& prev, const ast::Entry& next) const {
+    std::size_t inside = 0, after = 0;
+    bool trailing = false;
+    for (const auto& c : comments_) {
+      if (c.offset >= prev.where.begin && c.offset < prev.where.end) ++inside;
+      if (c.offset >= prev.where.end && c.offset < next.where.begin) {
+        if (after++ == 0) trailing = follows_on_same_line(prev.where.end, c.offset);
+      }
+    }
+    if (inside > 0) return true;
+    return after > (trailing ? 1u : 0u);
   }
 
   bool blank_line_between(std::uint32_t from, std::uint32_t to) const {
@@ -157,33 +176,26 @@ class Formatter {
     return newlines >= 2;
   }
 
-  bool own_line_comment_before(std::uint32_t from, std::uint32_t to) const {
-    for (const auto& c : comments_)
-      if (c.offset >= from && c.offset < to && starts_line(c.offset)) return true;
-    return false;
-  }
-
-  bool starts_line(std::uint32_t offset) const {
-    for (std::uint32_t i = offset; i-- > 0;) {
-      if (text_[i] == '\n') return true;
-      if (text_[i] != ' ' && text_[i] != '\t' && text_[i] != '\r') return false;
-    }
-    return true;
-  }
-
   // Prints the comments that come before `offset` on lines of their own.
-  // Returns whether there were any.
-  bool own_line_comments(std::uint32_t offset, int indent, bool keep_blank) {
+  void own_line_comments(std::uint32_t offset, int indent, bool keep_blank) {
     bool any = false;
     while (next_ < comments_.size() && comments_[next_].offset < offset) {
       const Comment& c = comments_[next_];
-      if (keep_blank && any && blank_line_between(comments_[next_ - 1].offset, c.offset))
+      const Comment& last = comments_[next_ - (any ? 1 : 0)];
+      if (keep_blank && any &&
+          blank_line_between(last.offset + static_cast<std::uint32_t>(last.text.size()), c.offset))
         out_ += '\n';
       out_ += std::string(static_cast<std::size_t>(indent), ' ') + c.text + '\n';
       ++next_;
       any = true;
     }
-    return any;
+  }
+
+  // Whether only spaces stand between `end` and a comment at `comment`.
+  bool follows_on_same_line(std::uint32_t end, std::uint32_t comment) const {
+    for (std::uint32_t i = end; i < comment; ++i)
+      if (text_[i] != ' ' && text_[i] != '\t') return false;
+    return true;
   }
 
   // A comment that follows `offset` on the same source line (before `limit`)
@@ -191,8 +203,7 @@ class Formatter {
   void trailing_comment(std::uint32_t offset, std::uint32_t limit) {
     if (next_ >= comments_.size()) return;
     const Comment& c = comments_[next_];
-    if (c.offset < offset || c.offset >= limit) return;
-    if (text_.find('\n', offset) < c.offset) return;
+    if (c.offset < offset || c.offset >= limit || !follows_on_same_line(offset, c.offset)) return;
     out_ += "  " + c.text;
     ++next_;
   }

@@ -124,10 +124,19 @@ const auto entry_def = word > lit('=') > value;
 // Inside a block a value ends where the next `key =` begins.
 const auto atom_def = number | block | (word >> !lit('='));
 const auto value_def = +atom;
-// At the top level it also ends where the next `kind name =` begins.
-const auto top_atom_def = number | block | (word >> !(lit('=') | (word >> lit('='))));
+// At the top level it also ends where the next declaration begins: `kind =`
+// or `kind name =`. Only `target` is declared without a name, so in
+// `... W target = sm_90a` the word W ends a value and `target =` begins the
+// next declaration, unless W is itself a declaration keyword
+// (`layer target = ...` declares a layer named "target").
+const auto keyword = [](const char* k) { return lexeme[lit(k) >> !(alnum | '_')]; };
+const auto declaration_keyword =
+    keyword("recipe") | keyword("layout") | keyword("layer") | keyword("debug") | keyword("target");
+const auto top_atom_def =
+    number | block | (&declaration_keyword >> word >> !(lit('=') | (word >> lit('=')))) |
+    (!declaration_keyword >> word >> !(lit('=') | (!keyword("target") >> word >> lit('='))));
 const auto top_value_def = +top_atom;
-const auto declaration_def = word >> -(word >> &lit('=')) > lit('=') > top_value;
+const auto declaration_def = (word >> -(word >> &lit('='))) > lit('=') > top_value;
 
 BOOST_SPIRIT_DEFINE(word, number, block, entries, entry, atom, value, top_atom, top_value, declaration)
 
@@ -227,6 +236,22 @@ std::size_t resync_point(const std::string& text, std::size_t from) {
   return text.size();
 }
 
+// The end of the last token before `pos`, skipping back over whitespace and
+// comments (every '#' starts a comment: the language has no strings); 0 when
+// there is none.
+std::size_t previous_token_end(const std::string& text, std::size_t pos) {
+  while (pos > 0) {
+    const std::size_t newline = text.rfind('\n', pos - 1);
+    const std::size_t line_begin = newline == std::string::npos ? 0 : newline + 1;
+    std::size_t end = std::min(pos, text.find('#', line_begin));
+    while (end > line_begin && std::isspace(static_cast<unsigned char>(text[end - 1]))) --end;
+    if (end > line_begin) return end;
+    if (line_begin == 0) return 0;
+    pos = line_begin - 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 ast::File parse_file(const SourceFile& file, Diagnostics& diagnostics) {
@@ -241,7 +266,9 @@ ast::File parse_file(const SourceFile& file, Diagnostics& diagnostics) {
   const auto parser = x3::with<grammar::text_begin_tag>(begin)[grammar::declaration];
   const Converter convert;
 
-  while (!diagnostics.full()) {
+  // Past the error limit, errors are still counted (not stored), so that the
+  // report can say how many more there are.
+  while (true) {
     it = grammar::skip_space_and_comments(it, end);
     if (it == end) break;
     x3ast::declaration decl;
@@ -260,6 +287,11 @@ ast::File parse_file(const SourceFile& file, Diagnostics& diagnostics) {
       error_at = static_cast<std::uint32_t>(where - begin);
       message = "expected " + describe_expected(failure.which());
       if (where == end) message += " before the end of the file";
+      // Something missing at the end of a line (`target =` and nothing after
+      // it) is reported there, not at the next line's first token.
+      const std::size_t previous = previous_token_end(text, error_at);
+      if (previous > 0 && text.find('\n', previous) < error_at)
+        error_at = static_cast<std::uint32_t>(previous);
     }
     const std::uint32_t token_end =
         error_at < text.size() ? error_at + 1 : static_cast<std::uint32_t>(text.size());

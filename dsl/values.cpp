@@ -5,10 +5,15 @@
 
 namespace fp8c::dsl {
 
+std::string quoted(std::string_view word) {
+  if (word.size() > 32) return "'" + std::string(word.substr(0, 29)) + "...'";
+  return "'" + std::string(word) + "'";
+}
+
 std::string describe(const ast::Atom& atom) {
   switch (atom.kind) {
     case ast::Atom::Kind::word:
-      return "'" + atom.text + "'";
+      return quoted(atom.text);
     case ast::Atom::Kind::number:
       return atom.text.size() > 32 ? atom.text.substr(0, 29) + "..." : atom.text;
     case ast::Atom::Kind::block:
@@ -41,7 +46,7 @@ bool ValueReader::expect_word(const ast::Atom& atom, std::string_view what) {
 
 void ValueReader::unknown_word(const ast::Atom& atom, std::string_view what,
                                const std::vector<std::string_view>& allowed) {
-  std::string message = "unknown " + std::string(what) + " '" + atom.text + "'";
+  std::string message = "unknown " + std::string(what) + " " + quoted(atom.text);
   const std::string hint = did_you_mean(atom.text, allowed);
   if (!hint.empty()) {
     message += hint;
@@ -62,7 +67,7 @@ std::optional<std::uint64_t> ValueReader::integer(const ast::Atom& atom, std::st
   }
   const std::string& text = atom.text;
   if (text[0] == '-') {
-    diagnostics_.error(atom.where, std::string(what) + " must not be negative, found " + text);
+    diagnostics_.error(atom.where, std::string(what) + " must not be negative, found " + describe(atom));
     return std::nullopt;
   }
   std::uint64_t value = 0;
@@ -83,7 +88,7 @@ std::optional<std::uint64_t> ValueReader::integer(const ast::Atom& atom, std::st
     return std::nullopt;
   }
   if (value < min) {
-    diagnostics_.error(atom.where, std::string(what) + " = " + text + " is too small (at least " +
+    diagnostics_.error(atom.where, std::string(what) + " = " + describe(atom) + " is too small (at least " +
                                        std::to_string(min) + ")");
     return std::nullopt;
   }
@@ -94,7 +99,8 @@ std::optional<bool> ValueReader::boolean(const ast::Atom& atom, std::string_view
   if (!expect_word(atom, "true or false for " + std::string(what))) return std::nullopt;
   if (atom.text == "true") return true;
   if (atom.text == "false") return false;
-  unknown_word(atom, "value for " + std::string(what), {"true", "false"});
+  diagnostics_.error(atom.where, std::string(what) + " must be true or false, found " +
+                                     describe(atom) + did_you_mean(atom.text, {"true", "false"}));
   return std::nullopt;
 }
 
@@ -112,7 +118,7 @@ void for_each_entry(Diagnostics& diagnostics, const ast::Block& block, const Key
                                                std::string(keys.block_name) + "; it belongs to " +
                                                std::string(other->second));
       } else {
-        diagnostics.error(entry.key.where, "unknown key '" + key + "' in " +
+        diagnostics.error(entry.key.where, "unknown key " + quoted(key) + " in " +
                                                std::string(keys.block_name) +
                                                did_you_mean(key, keys.keys));
       }

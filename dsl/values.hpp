@@ -63,8 +63,12 @@ struct KeySet {
 void for_each_entry(Diagnostics& diagnostics, const ast::Block& block, const KeySet& keys,
                     const std::function<void(const ast::Entry&)>& handle);
 
-// A short description of an atom for messages: 'word', 42 or '{ ... }'.
+// A short description of an atom for messages: 'word', 42 or 'a block'.
 std::string describe(const ast::Atom& atom);
+
+// A word in quotes for a message, cut short (with "...") when it is longer
+// than any real name: a 10 MB junk word must not become a 10 MB message.
+std::string quoted(std::string_view word);
 
 // The range from the first to the last atom of a value.
 SourceRange span_of(const std::vector<ast::Atom>& atoms);
