@@ -81,7 +81,6 @@ void Checker::check_graph(Spec& spec) {
 void Checker::check_chain(Layer& consumer, const Layer& producer) {
   const LayerSite& site = layer_sites_.at(consumer.name);
   const LayerSite& producer_site = layer_sites_.at(producer.name);
-  const SourceRange input_where = site.value_or_name("input");
 
   if (!site.entries.count("in")) {
     consumer.in = producer.out;
