@@ -10,6 +10,8 @@ namespace {
 
 std::vector<Command> all_commands() {
   std::vector<Command> all = dsl_commands();
+  const auto& plan = plan_commands();
+  all.insert(all.end(), plan.begin(), plan.end());
   return all;
 }
 

@@ -1,0 +1,263 @@
+// Rules, each with the bug it prevents:
+// - inputs exist before use: a step reading a buffer nobody wrote;
+// - GEMM operands follow the TN rule and agree on K: an FP8 GEMM reading the
+//   wrong usage ("missing column-wise usage") or mismatched shapes;
+// - a gather's dim is its input's sharded dim, and a gather along a dim that
+//   is not the physical outermost yields rank segments that only a permute
+//   or a segmented-K GEMM may read: TransformerEngine issue #530, where the
+//   transposed copy of a sequence-parallel activation was gathered as if
+//   contiguous and wgrad read scrambled rows;
+// - transposes only for per-tensor scaling: block and MX columnwise data has
+//   its own scales and must come from high precision;
+// - no quantize produces a usage nobody reads: the debug path of TE PR #1963
+//   that produced and gathered rowwise data where only columnwise was needed;
+// - per-tensor scales of sharded tensors come from an amax reduced over the
+//   group, so every rank (and the one-rank run) uses the same scale.
+#include "codegen/plan_check.hpp"
+
+#include <map>
+#include <set>
+
+namespace fp8c {
+namespace {
+
+struct StepRef {
+  const char* pass;
+  std::size_t index;
+  const Step* step;
+};
+
+std::string where(const LayerPlan& l, const StepRef& r) {
+  return "layer '" + l.layer + "' " + r.pass + " step " + std::to_string(r.index) + " (" +
+         std::string(to_string(r.step->kind)) + ")";
+}
+
+std::vector<StepRef> all_steps(const LayerPlan& l) {
+  std::vector<StepRef> steps;
+  for (std::size_t i = 0; i < l.forward.size(); ++i) steps.push_back({"forward", i, &l.forward[i]});
+  for (std::size_t i = 0; i < l.backward.size(); ++i)
+    steps.push_back({"backward", i, &l.backward[i]});
+  for (std::size_t i = 0; i < l.update.size(); ++i) steps.push_back({"update", i, &l.update[i]});
+  return steps;
+}
+
+// The logical dim each GEMM operand contracts over.
+int k_dim(GemmRole role, int operand) {
+  switch (role) {
+    case GemmRole::fprop:
+      return 1;  // X[tokens,in], W[out,in]: K = in
+    case GemmRole::dgrad:
+      return operand == 0 ? 1 : 0;  // dY[tokens,out], W[out,in]: K = out
+    case GemmRole::wgrad:
+      return 0;  // dY, X: K = tokens
+  }
+  return 0;
+}
+
+void check_gemm(const LayerPlan& l, const StepRef& r, std::vector<std::string>& errors) {
+  const Step& s = *r.step;
+  if (s.inputs.size() < 2) {
+    errors.push_back(where(l, r) + ": a GEMM needs two operands");
+    return;
+  }
+  std::uint64_t k[2] = {0, 0};
+  for (int o = 0; o < 2; ++o) {
+    const Tensor& t = l.tensor(s.inputs[static_cast<std::size_t>(o)]);
+    const int kd = k_dim(s.role, o);
+    k[o] = t.dims[static_cast<std::size_t>(kd)].local;
+    if (s.high_precision && t.is_fp8())
+      errors.push_back(where(l, r) + ": high-precision " + std::string(to_string(s.role)) +
+                       " reads FP8 tensor " + t.name);
+    if (!s.high_precision && !t.is_fp8())
+      errors.push_back(where(l, r) + ": FP8 " + std::string(to_string(s.role)) +
+                       " reads high-precision tensor " + t.name);
+    if (t.is_fp8() && t.inner_dim() != kd) {
+      const Usage want = kd == 1 ? Usage::rowwise : Usage::columnwise;
+      errors.push_back(where(l, r) + ": " + std::string(to_string(s.role)) + " operand " + t.name +
+                       " is " + std::string(to_string(t.usage)) +
+                       ", but the TN FP8 GEMM needs K ('" +
+                       t.dims[static_cast<std::size_t>(kd)].name +
+                       "') innermost: " + std::string(to_string(want)));
+    }
+    if (t.segmented && !(s.segmented_k && *t.segmented == kd))
+      errors.push_back(where(l, r) + ": operand " + t.name + " holds rank segments along '" +
+                       t.dims[static_cast<std::size_t>(*t.segmented)].name +
+                       "' but the GEMM does not read a segmented K there: it would read "
+                       "scrambled data");
+  }
+  if (k[0] != k[1])
+    errors.push_back(where(l, r) + ": K extents differ: " + std::to_string(k[0]) + " vs " +
+                     std::to_string(k[1]));
+}
+
+void check_all_gather(const LayerPlan& l, const StepRef& r,
+                      const std::multimap<int, const Step*>& consumers,
+                      std::vector<std::string>& errors) {
+  const Step& s = *r.step;
+  if (s.inputs.empty() || s.outputs.empty()) {
+    errors.push_back(where(l, r) + ": all_gather needs an input and an output");
+    return;
+  }
+  if (l.ranks <= 1) errors.push_back(where(l, r) + ": all_gather on a single rank");
+  for (std::size_t i = 0; i < s.inputs.size() && i < s.outputs.size(); ++i) {
+    const Tensor& in = l.tensor(s.inputs[i]);
+    const Tensor& out = l.tensor(s.outputs[i]);
+    if (s.dim < 0 || s.dim > 1 || !in.dims[static_cast<std::size_t>(s.dim)].sharded()) {
+      errors.push_back(where(l, r) + ": gathers dim " + std::to_string(s.dim) + " of " + in.name +
+                       ", which is not its sharded dim");
+      continue;
+    }
+    const Dim& d = in.dims[static_cast<std::size_t>(s.dim)];
+    if (s.dim == in.outer_dim()) {
+      if (out.segmented)
+        errors.push_back(where(l, r) + ": " + out.name + " is marked segmented, but '" + d.name +
+                         "' is the outermost dim of " + in.name + ": the gather is contiguous");
+      continue;
+    }
+    const std::string layout = "[ranks][" + in.dims[static_cast<std::size_t>(in.outer_dim())].name +
+                               "][" + d.name + "/ranks]";
+    if (out.segmented != s.dim) {
+      errors.push_back(where(l, r) + ": " + in.name + " is " + std::string(to_string(in.usage)) +
+                       ", so the gathered dim '" + d.name +
+                       "' is its physical inner dim; all-gather concatenates along the outermost "
+                       "dim, so " +
+                       out.name + " is laid out " + layout +
+                       " and must be marked segmented along '" + d.name +
+                       "', or its consumers read scrambled data");
+      continue;
+    }
+    auto range = consumers.equal_range(out.id);
+    for (auto it = range.first; it != range.second; ++it) {
+      const Step& c = *it->second;
+      const bool ok = c.kind == StepKind::permute || c.kind == StepKind::dequantize ||
+                      (c.kind == StepKind::gemm && c.segmented_k);
+      if (!ok)
+        errors.push_back(where(l, r) + ": segmented " + out.name + " (" + layout + ", gathered '" +
+                         d.name + "') is read by a " + std::string(to_string(c.kind)) +
+                         " that expects contiguous '" + d.name + "': scrambled data");
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> check_layer_plan(const LayerPlan& l) {
+  std::vector<std::string> errors;
+  const auto steps = all_steps(l);
+  auto valid = [&](int id) { return id >= 0 && static_cast<std::size_t>(id) < l.tensors.size(); };
+  for (std::size_t i = 0; i < l.tensors.size(); ++i)
+    if (l.tensors[i].id != static_cast<int>(i))
+      errors.push_back("layer '" + l.layer + "': tensor " + l.tensors[i].name + " has id " +
+                       std::to_string(l.tensors[i].id) + " at index " + std::to_string(i));
+  // Producers, consumers, order.
+  std::set<int> available;
+  for (const auto& t : l.tensors)
+    if (t.external) available.insert(t.id);
+  std::multimap<int, const Step*> consumers;
+  std::map<int, const Step*> producer;
+  for (const auto& r : steps) {
+    for (int id : r.step->inputs) {
+      if (!valid(id)) {
+        errors.push_back(where(l, r) + ": reads unknown tensor id " + std::to_string(id));
+        continue;
+      }
+      consumers.emplace(id, r.step);
+      if (!available.count(id))
+        errors.push_back(where(l, r) + ": reads " + l.tensor(id).name +
+                         " before any step produces it");
+    }
+    for (int id : r.step->outputs) {
+      if (!valid(id)) {
+        errors.push_back(where(l, r) + ": writes unknown tensor id " + std::to_string(id));
+        continue;
+      }
+      if (producer.count(id) || l.tensor(id).external)
+        errors.push_back(where(l, r) + ": writes " + l.tensor(id).name + ", already produced");
+      producer[id] = r.step;
+      available.insert(id);
+    }
+  }
+  if (!errors.empty()) return errors;
+  // Scales of reduced amaxes (delayed: reduced in the update pass).
+  std::set<int> reduced_in_update;
+  for (const auto& s : l.update)
+    if (s.kind == StepKind::amax_all_reduce)
+      for (int id : s.inputs) reduced_in_update.insert(id);
+  // Sources whose fused (delayed) amax is reduced: a later quantize of the
+  // same source that records no amax of its own uses the same history scale.
+  std::set<int> delayed_reduced_sources;
+  for (const auto& r : steps)
+    if (r.step->kind == StepKind::quantize && r.step->fused_amax)
+      for (int out : r.step->outputs)
+        if (reduced_in_update.count(out)) delayed_reduced_sources.insert(r.step->inputs.at(0));
+  for (const auto& r : steps) {
+    const Step& s = *r.step;
+    switch (s.kind) {
+      case StepKind::gemm:
+        check_gemm(l, r, errors);
+        break;
+      case StepKind::all_gather:
+        check_all_gather(l, r, consumers, errors);
+        break;
+      case StepKind::transpose:
+        for (int id : s.inputs)
+          if (l.tensor(id).scaling != Scaling::per_tensor)
+            errors.push_back(where(l, r) + ": transposes " + l.tensor(id).name + " with " +
+                             std::string(to_string(l.tensor(id).scaling)) +
+                             " scaling; only per-tensor columnwise data is the transpose of "
+                             "rowwise: quantize columnwise from high precision");
+        break;
+      case StepKind::quantize: {
+        if ((s.rowwise || s.columnwise) == false)
+          errors.push_back(where(l, r) + ": quantizes no usage");
+        const Tensor& src = l.tensor(s.inputs.at(0));
+        for (int id : s.outputs) {
+          const Tensor& t = l.tensor(id);
+          if (!t.is_fp8()) continue;
+          if (!consumers.count(id))
+            errors.push_back(where(l, r) + ": produces " + t.name + " (" +
+                             std::string(to_string(t.usage)) + ") which no step reads");
+          if (t.scaling != Scaling::per_tensor || l.ranks <= 1 || !src.sharded()) continue;
+          // Current: the amax input must be the reduced one. Delayed: the
+          // fused amax must be reduced before the scale update.
+          bool ok = false;
+          for (int in : s.inputs)
+            if (in != s.inputs[0] && producer.count(in) &&
+                producer.at(in)->kind == StepKind::amax_all_reduce)
+              ok = true;
+          for (int out : s.outputs)
+            if (reduced_in_update.count(out)) ok = true;
+          if (!s.fused_amax && delayed_reduced_sources.count(s.inputs[0])) ok = true;
+          if (!ok)
+            errors.push_back(where(l, r) + ": " + t.name + " is quantized from sharded " +
+                             src.name +
+                             " with a per-tensor scale whose amax is not reduced "
+                             "(MAX) over the " +
+                             std::to_string(l.ranks) + " ranks: ranks would use different scales");
+        }
+        break;
+      }
+      case StepKind::permute:
+        for (int id : s.inputs)
+          if (!l.tensor(id).segmented && l.tensor(id).type != ElemType::fp32 &&
+              l.tensor(id).type != ElemType::e8m0)
+            errors.push_back(where(l, r) + ": permutes " + l.tensor(id).name +
+                             ", which is not segmented");
+        break;
+      default:
+        break;
+    }
+  }
+  return errors;
+}
+
+std::vector<std::string> check_plan(const Plan& plan) {
+  std::vector<std::string> errors;
+  for (const auto& l : plan.layers) {
+    auto e = check_layer_plan(l);
+    errors.insert(errors.end(), e.begin(), e.end());
+  }
+  return errors;
+}
+
+}  // namespace fp8c

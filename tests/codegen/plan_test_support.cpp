@@ -1,0 +1,70 @@
+#include "tests/codegen/plan_test_support.hpp"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "fp8c/dsl.hpp"
+
+namespace fp8c::testing {
+
+Spec example(const std::string& file) {
+  return load_spec(std::string(FP8C_EXAMPLES_DIR) + "/" + file);
+}
+
+std::vector<std::string> example_files() {
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(FP8C_EXAMPLES_DIR))
+    if (e.path().extension() == ".fp8") files.push_back(e.path().filename().string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+Spec one_layer(RecipeKind recipe, ParallelMode mode, std::uint32_t tp, bool sequence_parallel,
+               SaveInput save, Debug debug) {
+  Spec spec;
+  Layer l;
+  l.name = "fc";
+  l.in = 4096;
+  l.out = 8192;
+  l.bias = true;
+  l.activation = Activation::gelu;
+  l.recipe.kind = recipe;
+  l.layout.tensor_parallel = tp;
+  l.layout.sequence_parallel = sequence_parallel;
+  l.mode = mode;
+  l.save_input = save;
+  l.debug = std::move(debug);
+  spec.layers.push_back(l);
+  return spec;
+}
+
+std::vector<const Step*> steps_of(const std::vector<Step>& pass, StepKind kind) {
+  std::vector<const Step*> r;
+  for (const auto& s : pass)
+    if (s.kind == kind) r.push_back(&s);
+  return r;
+}
+
+std::vector<const Step*> all_steps_of(const LayerPlan& layer, StepKind kind) {
+  auto r = steps_of(layer.forward, kind);
+  for (const auto* pass : {&layer.backward, &layer.update})
+    for (const auto* s : steps_of(*pass, kind)) r.push_back(s);
+  return r;
+}
+
+std::vector<std::string> collective_signature(const LayerPlan& layer) {
+  std::vector<std::string> r;
+  for (const auto* pass : {&layer.forward, &layer.backward, &layer.update})
+    for (const auto& s : *pass) {
+      if (!is_collective(s.kind)) continue;
+      std::string sig = std::string(to_string(s.kind)) + " dim " + std::to_string(s.dim) + ":";
+      for (int id : s.inputs) sig += " " + std::string(to_string(layer.tensor(id).type));
+      sig += " ->";
+      for (int id : s.outputs) sig += " " + std::string(to_string(layer.tensor(id).type));
+      sig += " " + std::to_string(s.bytes_per_rank);
+      r.push_back(sig);
+    }
+  return r;
+}
+
+}  // namespace fp8c::testing

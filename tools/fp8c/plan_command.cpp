@@ -1,0 +1,114 @@
+// fp8c plan: the steps, tensors and collectives fp8c would run for a spec.
+
+#include <iostream>
+
+#include "codegen/plan_print.hpp"
+#include "codegen/planner.hpp"
+#include "fp8c/dsl.hpp"
+#include "tools/fp8c/commands.hpp"
+
+namespace fp8c::tools {
+namespace {
+
+constexpr std::string_view kPlanHelp =
+    "usage: fp8c plan FILE [--layer L] [--ranks N] [--tokens M] [--json]\n"
+    "\n"
+    "Plans every layer of FILE (or only layer L) for one training step of M\n"
+    "tokens (default 8192) on N tensor-parallel ranks (default: each layer's\n"
+    "tensor_parallel) and prints, per layer and pass (forward, backward,\n"
+    "update), every step with its tensors: name, dtype, logical shape\n"
+    "(local/global where sharded), physical order (rowwise or columnwise),\n"
+    "scaling, rank segments of a gather; collectives with the bytes each rank\n"
+    "receives; per-rank buffer bytes. The plan is checked before it is printed.\n"
+    "\n"
+    "  --layer L    only layer L\n"
+    "  --ranks N    tensor-parallel size for every layer (must divide the split dim,\n"
+    "               and the tokens when sequence parallel)\n"
+    "  --tokens M   total tokens of the step (default 8192)\n"
+    "  --json       JSON instead of text (schema: docs/plan-json.md)\n"
+    "\n"
+    "Exit status: 0 success, 1 invalid spec or planning error, 2 usage error.\n";
+
+bool parse_count(const std::string& text, std::uint64_t& value) {
+  if (text.empty() || text.size() > 12) return false;
+  value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  return value > 0;
+}
+
+int run_plan(const Args& args) {
+  std::string file, layer;
+  PlanOptions options;
+  bool json = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](const char* option, std::string& out) {
+      if (i + 1 >= args.size()) return false;
+      out = args[++i];
+      (void)option;
+      return true;
+    };
+    std::string v;
+    if (a == "--json") {
+      json = true;
+    } else if (a == "--layer") {
+      if (!value("--layer", layer)) return usage_error("plan", "--layer needs a layer name");
+    } else if (a == "--ranks" || a == "--tokens") {
+      std::uint64_t n = 0;
+      if (!value(a.c_str(), v) || !parse_count(v, n))
+        return usage_error("plan", a + " needs a positive integer");
+      if (a == "--ranks") {
+        if (n > 65536) return usage_error("plan", "--ranks is too large");
+        options.ranks = static_cast<std::uint32_t>(n);
+      } else {
+        options.tokens = n;
+      }
+    } else if (a.size() > 1 && a[0] == '-') {
+      return usage_error("plan", "unknown option '" + a + "'");
+    } else if (file.empty()) {
+      file = a;
+    } else {
+      return usage_error("plan", "more than one file given");
+    }
+  }
+  if (file.empty()) return usage_error("plan", "no file given");
+  Spec spec;
+  try {
+    spec = load_spec(file);
+  } catch (const std::exception& e) {
+    std::cerr << e.what();
+    return 1;
+  }
+  if (!layer.empty()) {
+    const Layer* only = spec.find_layer(layer);
+    if (!only) {
+      std::cerr << "fp8c plan: " << file << " has no layer '" << layer << "'\n";
+      return 1;
+    }
+    // Keep the producer/consumer context so FP8 chaining is planned the same.
+  }
+  Plan plan;
+  try {
+    plan = plan_spec(spec, options);
+  } catch (const PlanError& e) {
+    std::cerr << "fp8c plan: " << file << ": " << e.what() << "\n";
+    return 1;
+  }
+  if (!layer.empty()) std::erase_if(plan.layers, [&](const auto& l) { return l.layer != layer; });
+  std::cout << (json ? plan_to_json(plan) : print_plan(plan));
+  return 0;
+}
+
+}  // namespace
+
+const std::vector<Command>& plan_commands() {
+  static const std::vector<Command> commands = {
+      {"plan", "print the forward/backward/update steps of each layer", kPlanHelp, run_plan},
+  };
+  return commands;
+}
+
+}  // namespace fp8c::tools
