@@ -1,0 +1,112 @@
+#include "runtime/nvrtc.hpp"
+
+#include <cuda.h>
+
+#include <chrono>
+#include <mutex>
+#include <regex>
+#include <stdexcept>
+
+#include "runtime/dynamic_library.hpp"
+
+namespace fp8c::runtime {
+namespace {
+
+NvrtcApi load_nvrtc() {
+  // The soname of the CUDA major version fp8c was built with first, then
+  // the unversioned name a toolkit install provides.
+  const DynamicLibrary library = DynamicLibrary::open(
+      "NVRTC", {"libnvrtc.so." + std::to_string(CUDA_VERSION / 1000), "libnvrtc.so"});
+  NvrtcApi api;
+  api.soname = library.soname();
+#define FP8C_LOAD(name) api.name = reinterpret_cast<decltype(&::name)>(library.symbol(#name));
+  FP8C_NVRTC_FUNCTIONS(FP8C_LOAD)
+#undef FP8C_LOAD
+  if (api.nvrtcVersion(&api.major, &api.minor) != NVRTC_SUCCESS)
+    throw Unavailable("NVRTC (" + api.soname + ") did not report its version");
+  return api;
+}
+
+// ptxas -v prints, per kernel, lines such as
+//   ptxas info    : Used 32 registers, used 0 barriers, 384 bytes cmem[0]
+//   0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+void parse_resource_usage(NvrtcOutput& out) {
+  std::smatch m;
+  static const std::regex registers(R"(Used (\d+) registers)");
+  static const std::regex spills(R"((\d+) bytes spill stores, (\d+) bytes spill loads)");
+  std::string::const_iterator from = out.log.begin();
+  while (std::regex_search(from, out.log.cend(), m, registers)) {
+    out.registers = std::max(out.registers, std::stoi(m[1]));
+    from = m.suffix().first;
+  }
+  from = out.log.begin();
+  while (std::regex_search(from, out.log.cend(), m, spills)) {
+    out.spill_stores += std::stoi(m[1]);
+    out.spill_loads += std::stoi(m[2]);
+    from = m.suffix().first;
+  }
+}
+
+}  // namespace
+
+const NvrtcApi& nvrtc() {
+  static std::once_flag once;
+  static NvrtcApi api;
+  static std::string error;
+  std::call_once(once, [] {
+    try {
+      api = load_nvrtc();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  if (!error.empty()) throw Unavailable(error);
+  return api;
+}
+
+NvrtcOutput compile_to_cubin(const std::string& source, const std::string& name,
+                             const std::string& arch, const std::vector<std::string>& options) {
+  const NvrtcApi& api = nvrtc();
+  const auto check = [&](nvrtcResult r, const char* call) {
+    if (r != NVRTC_SUCCESS)
+      throw std::runtime_error(std::string(call) + " failed for " + name + ": " +
+                               api.nvrtcGetErrorString(r));
+  };
+  nvrtcProgram program = nullptr;
+  check(api.nvrtcCreateProgram(&program, source.c_str(), name.c_str(), 0, nullptr, nullptr),
+        "nvrtcCreateProgram");
+  struct Destroy {
+    const NvrtcApi& api;
+    nvrtcProgram* program;
+    ~Destroy() { api.nvrtcDestroyProgram(program); }
+  } destroy{api, &program};
+
+  std::vector<std::string> all = {"--gpu-architecture=" + arch, "--ptxas-options=-v", "--std=c++17",
+                                  "--device-as-default-execution-space"};
+  all.insert(all.end(), options.begin(), options.end());
+  std::vector<const char*> argv;
+  for (const auto& o : all) argv.push_back(o.c_str());
+
+  NvrtcOutput out;
+  const auto t0 = std::chrono::steady_clock::now();
+  const nvrtcResult compiled =
+      api.nvrtcCompileProgram(program, static_cast<int>(argv.size()), argv.data());
+  out.milliseconds =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::size_t log_size = 0;
+  check(api.nvrtcGetProgramLogSize(program, &log_size), "nvrtcGetProgramLogSize");
+  out.log.resize(log_size);
+  if (log_size) check(api.nvrtcGetProgramLog(program, out.log.data()), "nvrtcGetProgramLog");
+  while (!out.log.empty() && (out.log.back() == '\0' || out.log.back() == '\n')) out.log.pop_back();
+  if (compiled != NVRTC_SUCCESS)
+    throw std::runtime_error("NVRTC could not compile " + name + " for " + arch + ": " +
+                             api.nvrtcGetErrorString(compiled) + "\n" + out.log);
+  std::size_t size = 0;
+  check(api.nvrtcGetCUBINSize(program, &size), "nvrtcGetCUBINSize");
+  out.cubin.resize(size);
+  check(api.nvrtcGetCUBIN(program, out.cubin.data()), "nvrtcGetCUBIN");
+  parse_resource_usage(out);
+  return out;
+}
+
+}  // namespace fp8c::runtime

@@ -1,0 +1,54 @@
+// NVRTC, loaded at run time (libnvrtc.so.13). NVRTC needs no GPU and no
+// driver, so kernels compile on any machine with the library: CI checks every
+// generated kernel this way.
+#pragma once
+
+#include <nvrtc.h>
+
+#include <string>
+#include <vector>
+
+namespace fp8c::runtime {
+
+#define FP8C_NVRTC_FUNCTIONS(X) \
+  X(nvrtcVersion)               \
+  X(nvrtcGetErrorString)        \
+  X(nvrtcCreateProgram)         \
+  X(nvrtcDestroyProgram)        \
+  X(nvrtcCompileProgram)        \
+  X(nvrtcGetProgramLogSize)     \
+  X(nvrtcGetProgramLog)         \
+  X(nvrtcGetCUBINSize)          \
+  X(nvrtcGetCUBIN)              \
+  X(nvrtcGetPTXSize)            \
+  X(nvrtcGetPTX)
+
+struct NvrtcApi {
+#define FP8C_DECLARE(name) decltype(&::name) name = nullptr;
+  FP8C_NVRTC_FUNCTIONS(FP8C_DECLARE)
+#undef FP8C_DECLARE
+  int major = 0;
+  int minor = 0;
+  std::string soname;
+};
+
+// Loads NVRTC once. Throws Unavailable naming the libraries tried.
+const NvrtcApi& nvrtc();
+
+struct NvrtcOutput {
+  std::vector<char> cubin;  // empty when compilation failed
+  std::string log;          // NVRTC's and ptxas's messages
+  double milliseconds = 0;
+  int registers = -1;    // from ptxas -v, -1 if not reported
+  int spill_stores = 0;  // bytes
+  int spill_loads = 0;   // bytes
+};
+
+// Compiles one CUDA C++ source to a CUBIN for `arch` (e.g. "sm_90a"), never
+// to PTX only: embedded PTX would be JIT-compiled by the driver at load
+// time, hiding both the cost and any ptxas error until then.
+// Throws std::runtime_error with the log when compilation fails.
+NvrtcOutput compile_to_cubin(const std::string& source, const std::string& name,
+                             const std::string& arch, const std::vector<std::string>& options);
+
+}  // namespace fp8c::runtime
