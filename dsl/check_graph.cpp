@@ -32,7 +32,8 @@ void Checker::check_graph(Spec& spec) {
     if (!by_name.count(layer.input)) {
       std::vector<std::string_view> names;
       for (const auto& [name, l] : by_name) names.push_back(name);
-      diagnostics_.error(where, "unknown layer " + quoted(layer.input) + did_you_mean(layer.input, names));
+      diagnostics_.error(where,
+                         "unknown layer " + quoted(layer.input) + did_you_mean(layer.input, names));
       references_ok = false;
     }
   }

@@ -45,10 +45,10 @@ void Checker::collect(const ast::File& file) {
     const std::string& kind = declaration.kind.text;
     if (std::find(kDeclarationKinds.begin(), kDeclarationKinds.end(), kind) ==
         kDeclarationKinds.end()) {
-      diagnostics_.error(declaration.kind.where,
-                         "unknown declaration " + quoted(kind) +
-                             did_you_mean(kind, kDeclarationKinds) +
-                             " (a file declares recipes, layouts, layers, debug blocks and a target)");
+      diagnostics_.error(
+          declaration.kind.where,
+          "unknown declaration " + quoted(kind) + did_you_mean(kind, kDeclarationKinds) +
+              " (a file declares recipes, layouts, layers, debug blocks and a target)");
       continue;
     }
     if (kind == "target") {
@@ -98,8 +98,9 @@ void Checker::collect(const ast::File& file) {
   const bool has_layer = std::any_of(file.declarations.begin(), file.declarations.end(),
                                      [](const auto& d) { return d.kind.text == "layer"; });
   if (!has_layer && !diagnostics_.has_errors())
-    diagnostics_.error({0, 0}, "the file declares no layers: a spec needs at least one "
-                               "`layer NAME = linear { ... }`");
+    diagnostics_.error({0, 0},
+                       "the file declares no layers: a spec needs at least one "
+                       "`layer NAME = linear { ... }`");
 }
 
 void Checker::check_target() {

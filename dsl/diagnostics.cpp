@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 
@@ -34,6 +35,9 @@ std::string_view SourceFile::line_text(std::uint32_t line) const {
 }
 
 SourceFile read_source_file(const std::string& path) {
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored))
+    throw std::runtime_error(path + ": is a directory, not a .fp8 file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
   in.seekg(0, std::ios::end);

@@ -109,7 +109,7 @@ class Formatter {
     out_ += '{';
     const std::uint32_t first_entry =
         block.entries.empty() ? block.where.end - 1 : block.entries.front().where.begin;
-    trailing_comment(block.where.begin, first_entry);
+    trailing_comment(block.where.begin + 1, first_entry);  // after the '{'
     out_ += '\n';
     const int inner = indent + 2;
     std::size_t width = 0;  // key width of the current run

@@ -136,7 +136,10 @@ const auto top_atom_def =
     number | block | (&declaration_keyword >> word >> !(lit('=') | (word >> lit('=')))) |
     (!declaration_keyword >> word >> !(lit('=') | (!keyword("target") >> word >> lit('='))));
 const auto top_value_def = +top_atom;
-const auto declaration_def = (word >> -(word >> &lit('='))) > lit('=') > top_value;
+// The name is optional (`target = ...` has none); taking any second word as
+// the name makes `recipe hybrid delayed { ... }` fail at `delayed`, where the
+// '=' is missing.
+const auto declaration_def = (word >> -word) > lit('=') > top_value;
 
 BOOST_SPIRIT_DEFINE(word, number, block, entries, entry, atom, value, top_atom, top_value, declaration)
 
@@ -243,13 +246,31 @@ std::size_t previous_token_end(const std::string& text, std::size_t pos) {
   while (pos > 0) {
     const std::size_t newline = text.rfind('\n', pos - 1);
     const std::size_t line_begin = newline == std::string::npos ? 0 : newline + 1;
-    std::size_t end = std::min(pos, text.find('#', line_begin));
+    const std::size_t hash = std::string_view(text).substr(line_begin, pos - line_begin).find('#');
+    std::size_t end = hash == std::string_view::npos ? pos : line_begin + hash;
     while (end > line_begin && std::isspace(static_cast<unsigned char>(text[end - 1]))) --end;
     if (end > line_begin) return end;
     if (line_begin == 0) return 0;
     pos = line_begin - 1;
   }
   return 0;
+}
+
+// The innermost '{' between `from` and the end of the text that no '}'
+// closes; npos when every block is closed.
+std::size_t unclosed_brace(const std::string& text, std::size_t from) {
+  std::vector<std::size_t> open;
+  for (std::size_t i = from; i < text.size(); ++i) {
+    if (text[i] == '#') {
+      i = text.find('\n', i);
+      if (i == std::string::npos) break;
+    } else if (text[i] == '{') {
+      open.push_back(i);
+    } else if (text[i] == '}' && !open.empty()) {
+      open.pop_back();
+    }
+  }
+  return open.empty() ? std::string::npos : open.back();
 }
 
 }  // namespace
@@ -274,6 +295,7 @@ ast::File parse_file(const SourceFile& file, Diagnostics& diagnostics) {
     x3ast::declaration decl;
     std::uint32_t error_at = 0;
     std::string message;
+    std::size_t unclosed = std::string::npos;
     try {
       if (x3::phrase_parse(it, end, parser, grammar::skipper, decl)) {
         result.declarations.push_back(convert.declaration(decl));
@@ -287,15 +309,24 @@ ast::File parse_file(const SourceFile& file, Diagnostics& diagnostics) {
       error_at = static_cast<std::uint32_t>(where - begin);
       message = "expected " + describe_expected(failure.which());
       if (where == end) message += " before the end of the file";
+      if (where == end && failure.which() == "'}'") unclosed = unclosed_brace(text, it - begin);
       // Something missing at the end of a line (`target =` and nothing after
-      // it) is reported there, not at the next line's first token.
+      // it) is reported there, not at the next line's first token, when that
+      // token looks fine where it is: a name, a '}' or the end of the file.
+      // Anything else ('{', a number, a stray ',') is itself the mistake.
+      const bool next_looks_fine = where == end || *where == '}' || *where == '_' ||
+                                   std::isalpha(static_cast<unsigned char>(*where));
       const std::size_t previous = previous_token_end(text, error_at);
-      if (previous > 0 && text.find('\n', previous) < error_at)
+      if (next_looks_fine && previous > 0 && text.find('\n', previous) < error_at)
         error_at = static_cast<std::uint32_t>(previous);
     }
     const std::uint32_t token_end =
         error_at < text.size() ? error_at + 1 : static_cast<std::uint32_t>(text.size());
     diagnostics.error({error_at, token_end}, message);
+    if (unclosed != std::string::npos) {
+      const auto brace = static_cast<std::uint32_t>(unclosed);
+      diagnostics.note({brace, brace + 1}, "this '{' is not closed");
+    }
     std::size_t next = resync_point(text, std::max<std::size_t>(error_at, it - begin));
     it = begin + static_cast<std::ptrdiff_t>(next);
   }

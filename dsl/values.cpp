@@ -6,8 +6,11 @@
 namespace fp8c::dsl {
 
 std::string quoted(std::string_view word) {
-  if (word.size() > 32) return "'" + std::string(word.substr(0, 29)) + "...'";
-  return "'" + std::string(word) + "'";
+  const bool cut = word.size() > 32;
+  std::string out = "'";
+  out.append(cut ? word.substr(0, 29) : word);
+  out.append(cut ? "...'" : "'");
+  return out;
 }
 
 std::string describe(const ast::Atom& atom) {
@@ -67,7 +70,8 @@ std::optional<std::uint64_t> ValueReader::integer(const ast::Atom& atom, std::st
   }
   const std::string& text = atom.text;
   if (text[0] == '-') {
-    diagnostics_.error(atom.where, std::string(what) + " must not be negative, found " + describe(atom));
+    diagnostics_.error(atom.where,
+                       std::string(what) + " must not be negative, found " + describe(atom));
     return std::nullopt;
   }
   std::uint64_t value = 0;
@@ -88,8 +92,8 @@ std::optional<std::uint64_t> ValueReader::integer(const ast::Atom& atom, std::st
     return std::nullopt;
   }
   if (value < min) {
-    diagnostics_.error(atom.where, std::string(what) + " = " + describe(atom) + " is too small (at least " +
-                                       std::to_string(min) + ")");
+    diagnostics_.error(atom.where, std::string(what) + " = " + describe(atom) +
+                                       " is too small (at least " + std::to_string(min) + ")");
     return std::nullopt;
   }
   return value;

@@ -182,12 +182,15 @@ const std::vector<Command>& dsl_commands() {
        "unformatted), 2 usage error.\n",
        run_fmt},
       {"explain", "print the resolved spec with every default written out",
-       "usage: fp8c explain [--arch ARCH] FILE\n"
+       "usage: fp8c explain [--arch ARCH] [--werror] FILE\n"
        "\n"
        "Checks FILE and prints the resolved spec as .fp8 text: every recipe,\n"
        "layout and debug setting with its defaults, every layer with all of its\n"
        "keys (sizes taken from `input =` written out) and its per-rank weight\n"
        "shape. The output is itself a spec that checks to the same result.\n"
+       "\n"
+       "  --arch ARCH   check against this GPU instead of the file's `target =`\n"
+       "  --werror      treat warnings as errors (print nothing, exit 1)\n"
        "\n"
        "Exit status: 0 success, 1 FILE is invalid, 2 usage error.\n",
        run_explain},

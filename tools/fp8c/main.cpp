@@ -24,7 +24,7 @@ void print_help(std::ostream& out) {
     out << "  " << c.name << std::string(10 - std::min<std::size_t>(9, c.name.size()), ' ')
         << c.summary << "\n";
   }
-  out << "\n`fp8c COMMAND --help` describes a command.\n"
+  out << "\n`fp8c COMMAND --help` describes a command; `fp8c --version` prints the version.\n"
          "Exit status: 0 success, 1 invalid input or failed check, 2 usage error.\n";
 }
 
