@@ -1,0 +1,55 @@
+// What one rank asked for in one collective: the part of a call that every
+// rank must agree on. Backends compare these across ranks (NCCL does not,
+// and a disagreement there is a hang or silent garbage).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "collectives/dtype.hpp"
+
+namespace fp8c::collectives {
+
+enum class CollectiveKind : std::uint8_t {
+  kAllGather,
+  kReduceScatter,
+  kAllReduce,
+  kBroadcast,
+  kBarrier,
+};
+
+// "all_gather", "reduce_scatter", ...
+std::string_view collective_name(CollectiveKind kind);
+
+struct CollectiveCall {
+  CollectiveKind kind = CollectiveKind::kBarrier;
+  DType dtype = DType::kUInt8;
+  ReduceOp op = ReduceOp::kSum;  // meaningful for reduce_scatter and all_reduce only
+  // Elements per rank as NCCL counts them: all_gather's send count,
+  // reduce_scatter's receive count, all_reduce's and broadcast's count.
+  std::size_t count = 0;
+  int root = 0;                // meaningful for broadcast only
+  std::uint64_t sequence = 0;  // 0 for the first collective on a communicator
+};
+
+// "all_reduce #3 (count=16, dtype=float32, op=sum)": names only the fields
+// that matter for the kind.
+std::string describe(const CollectiveCall& call);
+
+// Whether two ranks' calls are the same collective: kind, sequence, count,
+// dtype, and op or root where the kind uses them.
+bool same_collective(const CollectiveCall& a, const CollectiveCall& b);
+
+// The first rank whose call differs from rank 0's, or nothing if all agree.
+std::optional<int> first_disagreeing_rank(std::span<const CollectiveCall> calls);
+
+// The text shared by every rank when calls disagree, e.g. "rank 2 called
+// reduce_scatter #3 (...) but rank 0 called all_reduce #3 (...); every rank
+// must call the same collective with the same count, dtype and op".
+std::string describe_disagreement(std::span<const CollectiveCall> calls, int disagreeing_rank);
+
+}  // namespace fp8c::collectives

@@ -1,0 +1,82 @@
+// The gloo backend: real TCP collectives between ranks that are threads of
+// one process or separate processes (loopback by default). gloo stays out of
+// this header so that users of the communicator do not need its headers.
+//
+// Semantics are the same as the in-process backend, bit for bit:
+// - all_gather and broadcast move bytes with gloo's allgather and broadcast;
+// - reductions do NOT use gloo's reduction algorithms, whose combining order
+//   depends on the ring/tree position and chunking and which have no
+//   bfloat16 type. reduce_scatter moves each rank's blocks with gloo's
+//   alltoall, all_reduce gathers all contributions with gloo's allgather, and
+//   both then reduce locally with reduce_in_rank_order (collectives/reduce.hpp).
+//   That costs size() times the memory of the result and is meant for the
+//   CPU reference executor, not for speed;
+// - before every collective the ranks exchange a small descriptor of their
+//   call (kind, sequence, count, dtype, op, root), so a mismatch fails on
+//   every rank with the same message instead of hanging or misreading bytes.
+//   The exchange also makes barrier() a real barrier.
+// Every gloo operation gets the time left until the collective's deadline as
+// its timeout, so a collective never takes much longer than timeout().
+//
+// gloo writes to sockets without MSG_NOSIGNAL: a peer that died would kill
+// this process with SIGPIPE. connect_gloo therefore sets SIGPIPE to SIG_IGN
+// when it is at its default (as Python, and so PyTorch, already does).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "collectives/communicator.hpp"
+#include "collectives/rank_threads.hpp"
+
+namespace fp8c::collectives {
+
+// Where the ranks of a gloo group find each other's addresses.
+class GlooRendezvousStore {
+ public:
+  // A map in this process's memory: ranks are threads sharing this object.
+  static std::shared_ptr<GlooRendezvousStore> in_memory();
+  // Files in `directory` (created if missing): ranks are processes that see
+  // the same filesystem. Use a fresh directory, or a fresh GlooOptions::prefix,
+  // for every group: keys from an earlier group would be read as this one's.
+  static std::shared_ptr<GlooRendezvousStore> file_system(const std::string& directory);
+
+  ~GlooRendezvousStore();
+  GlooRendezvousStore(const GlooRendezvousStore&) = delete;
+  GlooRendezvousStore& operator=(const GlooRendezvousStore&) = delete;
+
+  struct Impl;  // wraps the gloo::rendezvous::Store
+  Impl& impl() { return *impl_; }
+
+ private:
+  explicit GlooRendezvousStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+struct GlooOptions {
+  // Bounds connecting and every collective.
+  std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
+  // Address this rank listens on; loopback keeps test groups off the network.
+  std::string hostname = "127.0.0.1";
+  // Namespace of this group's keys in the store, so that several groups can
+  // share one store.
+  std::string prefix = "fp8c";
+};
+
+// Joins the gloo group of `size` ranks as `rank`: blocks until every rank has
+// connected to every other (a full TCP mesh). Throws CollectiveError
+// (operation "connect") when a rank does not show up within options.timeout
+// or a socket fails.
+//
+// Before destroying a communicator whose peers may still be receiving from
+// it, call barrier(): closing a socket with data in flight resets it.
+std::unique_ptr<Communicator> connect_gloo(int rank, int size,
+                                           std::shared_ptr<GlooRendezvousStore> store,
+                                           const GlooOptions& options = {});
+
+// A factory for `size` ranks that are threads of this process, meeting in a
+// fresh in-memory store (for run_ranks).
+CommunicatorFactory gloo_thread_ranks(int size, const GlooOptions& options = {});
+
+}  // namespace fp8c::collectives
