@@ -6,16 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "codegen/kernels/kernel_source.hpp"
 #include "runtime/cubin_cache.hpp"
 
 namespace fp8c::runtime {
 
-struct KernelSource {
-  std::string name;                  // unique within a spec, e.g. "fc1.fwd.quantize_x"
-  std::string entry;                 // the __global__ function's name
-  std::string source;                // self-contained CUDA C++
-  std::vector<std::string> options;  // extra NVRTC options
-};
+using fp8c::KernelSource;
 
 enum class CacheOutcome { hit, compiled, rebuilt };  // rebuilt: a corrupt entry was replaced
 

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Everything that needs the GPU, in one call (for the device machine): the
+# GPU tests, then the benchmarks side by side with the PyTorch peers. Run from
+# the repository root with a build folder made on the CPU machine:
+#   bench/gpu.sh BUILD_DIR COMMIT
+# Writes under $OUT (or ./gpu-out): tests.log, quantize_fp8c.json,
+# quantize_peers.json, quantize.json (the merged record for bench/results/).
+set -uo pipefail
+build=${1:-build}
+commit=${2:-unknown}
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$out/gpu.txt"
+
+echo "== GPU tests"
+"$build/tests/runtime/runtime_tests" --gtest_brief=1 2>&1 | tail -n 60 | tee "$out/tests.log"
+tests=${PIPESTATUS[0]}
+
+echo "== compute-sanitizer (memcheck, racecheck) on one aligned and one ragged shape"
+for tool in memcheck racecheck; do
+  compute-sanitizer --tool $tool --error-exitcode 3 "$build/tests/runtime/runtime_tests" \
+    --gtest_filter='AllVariants/QuantizeGpu.MatchesTheCpuReference/quantize_bf16_e4m3_r_c_amax:AllVariants/QuantizeGpu.MatchesTheCpuReference/quantize_bf16_e5m2_r_c_amax_dbias_dgelu' \
+    --gtest_brief=1 > "$out/sanitizer_$tool.log" 2>&1
+  echo "$tool: exit $? ($(grep -c 'ERROR SUMMARY: 0' "$out/sanitizer_$tool.log") clean summaries)"
+  tail -n 3 "$out/sanitizer_$tool.log"
+done
+
+echo "== benchmarks"
+"$build/bench/quantize_bench" --json "$out/quantize_fp8c.json"
+python3 bench/peers/quantize_peers.py 16384 8192 "$out/quantize_peers.json" > "$out/peers.log" 2>&1 || tail -5 "$out/peers.log"
+python3 bench/merge_results.py "$out/quantize_fp8c.json" "$out/quantize_peers.json" "$commit" "$out/quantize.json"
+exit $tests

@@ -1,0 +1,228 @@
+// GPU benchmark of the generated quantize kernels (a benchmark, not a test).
+// Follows the device METHOD: bytes counted first, output checked against the
+// CPU reference before timing, warm-up, median of many runs timed with CUDA
+// events, three input buffers rotated so no run reads from L2.
+//
+//   build/bench/quantize_bench [--rows R] [--cols C] [--iters N] [--json FILE]
+//
+// Cases (bf16 input, the shapes by default 16384 x 8192):
+//   delayed_cast_transpose_amax     rowwise + columnwise E4M3 + amax
+//   dbias                           ... + column sums (E5M2 gradient)
+//   dgelu_dbias                     ... + dGELU from the saved pre-activation
+//   current_cast_transpose          amax pass, then cast with the scale from it
+// Effective bandwidth counts 2 bytes read and 2 written per element (the
+// issue's convention); `actual_bytes` also counts the pre-activation read and
+// current scaling's second read.
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "codegen/numerics/half.hpp"
+#include "runtime/quantize_launcher.hpp"
+#include "runtime/reference/quantize_reference.hpp"
+
+using namespace fp8c;
+using namespace fp8c::runtime;
+
+namespace {
+
+struct Result {
+  std::string name;
+  double median_us = 0;
+  double min_us = 0;
+  double effective_tbps = 0;
+  double actual_tbps = 0;
+  bool verified = false;
+};
+
+std::vector<std::uint16_t> random_bf16(std::size_t n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::uint16_t> v(n);
+  for (auto& e : v) e = numerics::float_to_bf16(normal(rng));
+  return v;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rows = 16384, cols = 8192, iters = 100;
+  std::string json;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--rows" && i + 1 < argc)
+      rows = std::atoi(argv[++i]);
+    else if (a == "--cols" && i + 1 < argc)
+      cols = std::atoi(argv[++i]);
+    else if (a == "--iters" && i + 1 < argc)
+      iters = std::atoi(argv[++i]);
+    else if (a == "--json" && i + 1 < argc)
+      json = argv[++i];
+    else {
+      std::cerr << "usage: quantize_bench [--rows R] [--cols C] [--iters N] [--json FILE]\n";
+      return 2;
+    }
+  }
+  try {
+    Device device(0);
+    const auto cache_dir = std::filesystem::temp_directory_path() / "fp8c-bench-cache";
+    const Jit jit(device.arch(), CubinCache(cache_dir.string()));
+    const std::size_t n = static_cast<std::size_t>(rows) * cols;
+    const int tiles = QuantizeLauncher::tiles(rows);
+
+    constexpr int kBuffers = 3;  // 3 x 256 MiB of input: far past the 50 MB L2
+    std::vector<DeviceBuffer> xs, pres;
+    std::vector<std::vector<std::uint16_t>> host_x;
+    for (int b = 0; b < kBuffers; ++b) {
+      host_x.push_back(random_bf16(n, 11 + b));
+      xs.emplace_back(n * 2);
+      xs.back().upload(host_x.back().data(), n * 2);
+      const auto pre = random_bf16(n, 101 + b);
+      pres.emplace_back(n * 2);
+      pres.back().upload(pre.data(), n * 2);
+    }
+    DeviceBuffer row(n), col(n), amax(4), partial(static_cast<std::size_t>(tiles) * cols * 4),
+        dbias(static_cast<std::size_t>(cols) * 4), scale(4), amax_in(4), scale_out(4);
+    const float scale_value = 2.0f;
+    scale.upload(&scale_value, 4);
+    const DbiasReduceLauncher dbias_reduce(jit);
+    Stream stream;
+
+    std::vector<Result> results;
+    const auto time_case = [&](const std::string& name, const std::vector<QuantizeKernel>& kernels,
+                               double actual_bytes_per_element) {
+      std::vector<std::unique_ptr<QuantizeLauncher>> launchers;
+      for (const auto& k : kernels) launchers.push_back(std::make_unique<QuantizeLauncher>(jit, k));
+      const auto run = [&](int b) {
+        QuantizeArgs a;
+        a.x = xs[b].get();
+        a.pre_activation = pres[b].get();
+        a.scale = scale.get();
+        a.amax_in = amax_in.get();
+        a.rowwise = row.get();
+        a.columnwise = col.get();
+        a.amax_out = amax.get();
+        a.dbias_partial = partial.get();
+        a.scale_out = scale_out.get();
+        a.rows = rows;
+        a.cols = cols;
+        for (const auto& l : launchers) {
+          if (l->kernel().amax && !l->kernel().rowwise && !l->kernel().columnwise)
+            a.amax_out = amax_in.get();  // the amax pass feeds the cast
+          l->launch(a, stream.get());
+          a.amax_out = amax.get();
+        }
+        if (kernels.front().dbias)
+          dbias_reduce.launch(dbias.get(), partial.get(), tiles, cols, stream.get());
+      };
+      // Check the first buffer's rowwise output against the CPU reference.
+      amax.fill(0, stream.get());
+      amax_in.fill(0, stream.get());
+      run(0);
+      stream.synchronize();
+      Result r;
+      r.name = name;
+      {
+        const QuantizeKernel& last = kernels.back();
+        float amax_value = 0;
+        amax_in.download(&amax_value, 4);
+        const std::int64_t check_rows = std::min(rows, 256);
+        std::vector<std::uint16_t> pre0(static_cast<std::size_t>(check_rows) * cols);
+        pres[0].download(pre0.data(), pre0.size() * 2);
+        const QuantizeResult want = reference_quantize(last, host_x[0].data(), pre0.data(),
+                                                       scale_value, amax_value, check_rows, cols);
+        std::vector<std::uint8_t> got(static_cast<std::size_t>(check_rows) * cols);
+        row.download(got.data(), got.size());
+        // Exact, except that dGELU's tanhf may move a value to a neighbouring code.
+        r.verified = true;
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          const int d = std::abs(int(got[i] & 0x7F) - int(want.rowwise[i] & 0x7F));
+          const bool same_sign = (got[i] & 0x80) == (want.rowwise[i] & 0x80);
+          if (last.dact == Activation::none ? got[i] != want.rowwise[i] : (!same_sign || d > 1))
+            r.verified = false;
+        }
+        if (!r.verified) std::cerr << name << ": rowwise output differs from the CPU reference\n";
+      }
+      for (int w = 0; w < 10; ++w) run(w % kBuffers);
+      std::vector<double> us;
+      Event start, stop;
+      for (int i = 0; i < iters; ++i) {
+        amax.fill(0, stream.get());
+        amax_in.fill(0, stream.get());
+        start.record(stream.get());
+        run(i % kBuffers);
+        stop.record(stream.get());
+        stop.synchronize();
+        us.push_back(1000.0 * stop.since(start));
+      }
+      r.median_us = median(us);
+      r.min_us = *std::min_element(us.begin(), us.end());
+      r.effective_tbps = 4.0 * n / (r.median_us * 1e-6) / 1e12;
+      r.actual_tbps = actual_bytes_per_element * n / (r.median_us * 1e-6) / 1e12;
+      results.push_back(r);
+    };
+
+    QuantizeKernel delayed;
+    delayed.rowwise = delayed.columnwise = delayed.amax = true;
+    time_case("delayed_cast_transpose_amax", {delayed}, 4);
+    QuantizeKernel with_dbias = delayed;
+    with_dbias.format = Fp8Format::e5m2;
+    with_dbias.dbias = true;
+    time_case("cast_transpose_dbias", {with_dbias}, 4);
+    QuantizeKernel with_dgelu = with_dbias;
+    with_dgelu.dact = Activation::gelu;
+    time_case("cast_transpose_dgelu_dbias", {with_dgelu}, 6);
+    QuantizeKernel amax_pass;
+    amax_pass.rowwise = false;
+    amax_pass.amax = true;
+    QuantizeKernel current;
+    current.rowwise = current.columnwise = true;
+    current.scale_from_amax = true;
+    time_case("current_amax_then_cast_transpose", {amax_pass, current}, 6);
+    QuantizeKernel rowwise_only;
+    rowwise_only.amax = true;
+    time_case("delayed_cast_rowwise_amax", {rowwise_only}, 3);
+
+    std::cout << "device " << device.name() << " (" << device.arch() << "), " << rows << " x "
+              << cols << " bf16, median of " << iters << " runs\n";
+    std::cout
+        << "case                                  median_us  eff_TB/s  actual_TB/s  verified\n";
+    for (const auto& r : results) {
+      std::printf("%-36s %10.1f %9.2f %12.2f  %s\n", r.name.c_str(), r.median_us, r.effective_tbps,
+                  r.actual_tbps, r.verified ? "yes" : "NO");
+    }
+    if (!json.empty()) {
+      std::ofstream out(json);
+      out << "{\n  \"device\": \"" << device.name() << "\",\n  \"rows\": " << rows
+          << ",\n  \"cols\": " << cols << ",\n  \"iters\": " << iters << ",\n  \"cases\": [\n";
+      for (std::size_t i = 0; i < results.size(); ++i) {
+        const auto& r = results[i];
+        out << "    {\"name\": \"" << r.name << "\", \"median_us\": " << r.median_us
+            << ", \"min_us\": " << r.min_us << ", \"effective_TBps\": " << r.effective_tbps
+            << ", \"actual_TBps\": " << r.actual_tbps
+            << ", \"verified\": " << (r.verified ? "true" : "false") << "}"
+            << (i + 1 < results.size() ? ",\n" : "\n");
+      }
+      out << "  ]\n}\n";
+    }
+    for (const auto& r : results)
+      if (!r.verified) return 1;
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "quantize_bench: " << e.what() << "\n";
+    return 1;
+  }
+}

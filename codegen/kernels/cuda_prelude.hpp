@@ -1,0 +1,24 @@
+// Device helpers every generated CUDA kernel starts with: fixed-width types,
+// high-precision loads, FP8 conversions in inline PTX, amax as float bits.
+// Self-contained on purpose: no #include, so NVRTC parses a few hundred lines
+// instead of cuda_fp16.h and friends, and compiles in milliseconds.
+#pragma once
+
+#include <string>
+
+#include "codegen/plan.hpp"
+#include "fp8c/spec.hpp"
+
+namespace fp8c {
+
+// The prelude's text, with the conversions `format` needs.
+std::string cuda_prelude();
+
+// Name of the device type for a high-precision element ("bf16_t", ...).
+std::string cuda_storage_type(ElemType type);
+
+// Name of the device function that converts a pair of floats to packed FP8
+// ("pack_e4m3x2"): low byte from the first argument.
+std::string cuda_pack_function(Fp8Format format);
+
+}  // namespace fp8c

@@ -1,0 +1,249 @@
+// The CUDA C++ printer for QuantizeKernel.
+//
+// One block of 256 threads owns a 128x128 tile. On the fast path (a whole
+// tile, cols % 8 == 0, rows % 4 == 0) thread t takes 8 adjacent columns
+// (t % 16) of 4 adjacent rows (t / 16) per pass, two passes per tile:
+//   - loads are 16-byte vectors, adjacent threads on adjacent columns;
+//   - rowwise FP8 leaves as 8-byte stores straight from registers;
+//   - columnwise FP8 is packed four rows to a word in registers, staged in
+//     shared memory as [128 columns][33 words] (the 33rd word skews the banks
+//     for readers, an XOR of the word slot for writers), then each warp
+//     writes whole 128-byte column segments.
+// Partial tiles and unaligned shapes take the element-wise path, which is
+// correct for any shape and slower; only edge tiles take it when the shape is
+// aligned.
+
+#include <sstream>
+
+#include "codegen/kernels/cuda_prelude.hpp"
+#include "codegen/kernels/quantize.hpp"
+
+namespace fp8c {
+namespace {
+
+std::string dact_function(Activation act) {
+  switch (act) {
+    case Activation::none:
+      return "__device__ __forceinline__ float dact(float) { return 1.0f; }\n";
+    case Activation::relu:
+      return "__device__ __forceinline__ float dact(float x) { return x > 0.0f ? 1.0f : 0.0f; }\n";
+    case Activation::gelu:
+      // d/dx of the tanh approximation of GELU.
+      return R"(__device__ __forceinline__ float dact(float x) {
+  const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+  const float t = tanhf(k0 * x * (1.0f + k1 * x * x));
+  return 0.5f * x * ((1.0f - t * t) * (k0 + 3.0f * k0 * k1 * x * x)) + 0.5f * (1.0f + t);
+}
+)";
+    case Activation::silu:
+      // Fast intrinsics: the IEEE division and expf subroutines spill here,
+      // and dact is compared within a tolerance anyway.
+      return R"(__device__ __forceinline__ float dact(float x) {
+  const float s = __fdividef(1.0f, 1.0f + __expf(-x));
+  return s + x * s * (1.0f - s);
+}
+)";
+  }
+  return {};
+}
+
+const char* bool_text(bool b) {
+  return b ? "true" : "false";
+}
+
+}  // namespace
+
+std::string QuantizeKernel::name() const {
+  std::string n =
+      "quantize_" + std::string(to_string(input)) + "_" + std::string(to_string(format));
+  n += rowwise ? "_r" : "";
+  n += columnwise ? "_c" : "";
+  if (amax) n += "_amax";
+  if (dbias) n += "_dbias";
+  if (dact != Activation::none) n += "_d" + std::string(to_string(dact));
+  if (scale_from_amax) n += pow2_scale ? "_current_pow2" : "_current";
+  return n;
+}
+
+KernelSource emit_cuda(const QuantizeKernel& k) {
+  const std::string in = cuda_storage_type(k.input);
+  const std::string pack = cuda_pack_function(k.format);
+  const bool wide = k.input == ElemType::fp32;  // 8 values are two 16-byte vectors
+  std::ostringstream s;
+  s << cuda_prelude() << dact_function(k.dact);
+  s << "typedef " << in << " in_t;\n"
+    << "#define ROWWISE " << bool_text(k.rowwise) << "\n"
+    << "#define COLUMNWISE " << bool_text(k.columnwise) << "\n"
+    << "#define AMAX " << bool_text(k.amax) << "\n"
+    << "#define DBIAS " << bool_text(k.dbias) << "\n"
+    << "#define DACT " << bool_text(k.dact != Activation::none) << "\n"
+    << "#define SCALE_FROM_AMAX " << bool_text(k.scale_from_amax) << "\n"
+    << "#define POW2 " << bool_text(k.pow2_scale) << "\n"
+    << "#define FP8_MAX " << (k.format == Fp8Format::e4m3 ? "448.0f" : "57344.0f") << "\n"
+    << "#define PACK " << pack << "\n"
+    << "#define WIDE " << bool_text(wide) << "\n";
+  s << R"(
+// Eight consecutive values of row r starting at column c (c % 8 == 0).
+__device__ __forceinline__ void load8(const in_t* __restrict__ p, long long offset, float v[8]) {
+#if WIDE
+  const float4 a = *reinterpret_cast<const float4*>(reinterpret_cast<const float*>(p) + offset);
+  const float4 b = *reinterpret_cast<const float4*>(reinterpret_cast<const float*>(p) + offset + 4);
+  v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+#else
+  const uint4 w = *reinterpret_cast<const uint4*>(p + offset);
+  unpack2(w.x, in_t(), v[0], v[1]);
+  unpack2(w.y, in_t(), v[2], v[3]);
+  unpack2(w.z, in_t(), v[4], v[5]);
+  unpack2(w.w, in_t(), v[6], v[7]);
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+)" << k.name()
+    << R"((const in_t* __restrict__ x, const in_t* __restrict__ pre, const float* __restrict__ scale_in,
+     const u32* __restrict__ amax_in, u8* __restrict__ row_out, u8* __restrict__ col_out,
+     u32* __restrict__ amax_out, float* __restrict__ dbias_partial, float* __restrict__ scale_out,
+     int rows, int cols) {
+  __shared__ u32 staged[128 * 33];  // columnwise FP8, [column][row / 4], skewed
+  __shared__ float colsum[16][128];
+  __shared__ u32 reduce32[32];
+  const int t = threadIdx.x;
+  const int r0 = blockIdx.y * 128, c0 = blockIdx.x * 128;
+#if SCALE_FROM_AMAX
+  const float scale = scale_from_amax(__uint_as_float(*amax_in), FP8_MAX, POW2);
+  if (scale_out && blockIdx.x == 0 && blockIdx.y == 0 && t == 0) scale_out[0] = scale;
+#else
+  const float scale = *scale_in;
+#endif
+  u32 amax_bits = 0;
+  const bool fast = r0 + 128 <= rows && c0 + 128 <= cols && (cols & 7) == 0 &&
+                    (!COLUMNWISE || (rows & 3) == 0);
+  if (fast) {
+    const int g = t & 15, q = t >> 4;
+    const int c = c0 + 8 * g;
+    float sums[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll
+    for (int pass = 0; pass < 2; ++pass) {
+      float v[4][8];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const long long offset = (long long)(r0 + 64 * pass + 4 * q + i) * cols + c;
+        load8(x, offset, v[i]);
+#if DACT
+        float p[8];
+        load8(pre, offset, p);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[i][j] *= dact(p[j]);
+#endif
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          amax_bits = max(amax_bits, abs_bits(v[i][j]));
+          sums[j] += v[i][j];
+        }
+      }
+#if ROWWISE
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        uint2 packed;
+        packed.x = u32(PACK(v[i][0] * scale, v[i][1] * scale)) |
+                   (u32(PACK(v[i][2] * scale, v[i][3] * scale)) << 16);
+        packed.y = u32(PACK(v[i][4] * scale, v[i][5] * scale)) |
+                   (u32(PACK(v[i][6] * scale, v[i][7] * scale)) << 16);
+        *reinterpret_cast<uint2*>(row_out + (long long)(r0 + 64 * pass + 4 * q + i) * cols + c) =
+            packed;
+      }
+#endif
+#if COLUMNWISE
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        // The row word's slot is XORed with the column's 32-column group, so
+        // a warp's 32 stores land on (nearly) distinct banks; readers undo it.
+        const u32 word = u32(PACK(v[0][j] * scale, v[1][j] * scale)) |
+                         (u32(PACK(v[2][j] * scale, v[3][j] * scale)) << 16);
+        staged[(8 * g + j) * 33 + ((16 * pass + q) ^ ((g >> 2) & 3))] = word;
+      }
+#endif
+    }
+#if DBIAS
+#pragma unroll
+    for (int j = 0; j < 8; ++j) colsum[q][8 * g + j] = sums[j];
+#endif
+#if COLUMNWISE || DBIAS
+    __syncthreads();
+#endif
+#if COLUMNWISE
+    {
+      const int warp = t >> 5, lane = t & 31;
+#pragma unroll 4
+      for (int cc = 0; cc < 16; ++cc) {
+        const int col = 16 * warp + cc;
+        *reinterpret_cast<u32*>(col_out + (long long)(c0 + col) * rows + r0 + 4 * lane) =
+            staged[col * 33 + (lane ^ ((col >> 5) & 3))];
+      }
+    }
+#endif
+#if DBIAS
+    if (t < 128) {
+      float total = 0.0f;
+      for (int i = 0; i < 16; ++i) total += colsum[i][t];
+      dbias_partial[(long long)blockIdx.y * cols + c0 + t] = total;
+    }
+#endif
+  } else {
+    // Any shape: one element at a time, adjacent threads on adjacent columns.
+    for (int e = t; e < 128 * 128; e += 256) {
+      const int r = r0 + (e >> 7), c = c0 + (e & 127);
+      if (r >= rows || c >= cols) continue;
+      const long long offset = (long long)r * cols + c;
+      float v = to_float(x[offset]);
+#if DACT
+      v *= dact(to_float(pre[offset]));
+#endif
+      amax_bits = max(amax_bits, abs_bits(v));
+      const u8 q = u8(PACK(v * scale, 0.0f) & 0xFF);
+#if ROWWISE
+      row_out[offset] = q;
+#endif
+#if COLUMNWISE
+      col_out[(long long)c * rows + r] = q;
+#endif
+    }
+#if DBIAS
+    if (t < 128 && c0 + t < cols) {
+      float total = 0.0f;
+      for (int r = r0; r < rows && r < r0 + 128; ++r) {
+        float v = to_float(x[(long long)r * cols + c0 + t]);
+#if DACT
+        v *= dact(to_float(pre[(long long)r * cols + c0 + t]));
+#endif
+        total += v;
+      }
+      dbias_partial[(long long)blockIdx.y * cols + c0 + t] = total;
+    }
+#endif
+  }
+#if AMAX
+  amax_bits = block_max_u32(amax_bits, reduce32);
+  if (t == 0 && amax_bits != 0) atomicMax(amax_out, amax_bits);
+#endif
+}
+)";
+  return {k.name(), k.name(), s.str(), {}};
+}
+
+KernelSource emit_cuda_dbias_reduce() {
+  const std::string source = cuda_prelude() + R"(
+// dbias[c] = sum over tiles, in tile order, of the per-tile column sums.
+extern "C" __global__ void __launch_bounds__(256)
+dbias_reduce(float* __restrict__ dbias, const float* __restrict__ partial, int tiles, int cols) {
+  const int c = blockIdx.x * 256 + threadIdx.x;
+  if (c >= cols) return;
+  float total = 0.0f;
+  for (int i = 0; i < tiles; ++i) total += partial[(long long)i * cols + c];
+  dbias[c] = total;
+}
+)";
+  return {"dbias_reduce", "dbias_reduce", source, {}};
+}
+
+}  // namespace fp8c

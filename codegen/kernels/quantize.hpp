@@ -1,0 +1,63 @@
+// Per-tensor FP8 quantization kernels: what one computes, independent of how
+// it is printed. The CUDA C++ printer (cuda_quantize.cpp) is the first
+// backend; an LLVM NVPTX backend will lower the same descriptions.
+//
+// One kernel reads a high-precision [rows, cols] tensor once and, fused as
+// the description asks:
+//   v = x                       (or x * act'(pre) with dact: the gradient
+//                                through the activation, from the saved
+//                                pre-activation)
+//   amax   = max |v|            (NaN-propagating: a NaN makes amax NaN)
+//   dbias  = column sums of v   (per 128-row tile; a second kernel adds the
+//                                tiles in order, so the result is
+//                                deterministic)
+//   rowwise    = fp8(v * scale) as [rows, cols]
+//   columnwise = fp8(v * scale) as [cols, rows]
+// Casts round to nearest even and saturate to the format's largest finite
+// value (cvt.rn.satfinite); NaN stays NaN.
+//
+// Current scaling runs the amax-only variant first and then the cast with
+// `scale_from_amax`, so it reads its input twice: the data dependency (the
+// scale needs the whole tensor's amax) allows no more fusion than that.
+#pragma once
+
+#include <string>
+
+#include "codegen/kernels/kernel_source.hpp"
+#include "codegen/plan.hpp"
+#include "fp8c/spec.hpp"
+
+namespace fp8c {
+
+struct QuantizeKernel {
+  ElemType input = ElemType::bf16;  // bf16, fp16 or fp32
+  Fp8Format format = Fp8Format::e4m3;
+  bool rowwise = true;
+  bool columnwise = false;
+  bool amax = false;
+  bool dbias = false;
+  Activation dact = Activation::none;
+  // The scale is computed in the kernel from an amax already reduced
+  // (current scaling) instead of read from a scale buffer (delayed).
+  bool scale_from_amax = false;
+  bool pow2_scale = false;  // with scale_from_amax: round the scale down to 2^k
+
+  std::string name() const;  // unique per variant; also the entry point's name
+  bool operator==(const QuantizeKernel&) const = default;
+};
+
+// The tile one thread block handles; launch grid = ceil(cols / kTile) x ceil(rows / kTile).
+inline constexpr int kQuantizeTile = 128;
+inline constexpr int kQuantizeThreads = 256;
+
+// Kernel arguments, in order (all pointers are device pointers; unused ones may be null):
+//   const IN* x, const IN* pre_activation, const float* scale, const unsigned* amax_in,
+//   uint8* rowwise, uint8* columnwise, unsigned* amax_out (float bits, atomic max),
+//   float* dbias_partial ([ceil(rows / 128)][cols]), float* scale_out, int rows, int cols
+KernelSource emit_cuda(const QuantizeKernel& kernel);
+
+// Adds the dbias tile partials in tile order: float* dbias, const float* partial,
+// int tiles, int cols. Grid ceil(cols / 256), block 256.
+KernelSource emit_cuda_dbias_reduce();
+
+}  // namespace fp8c

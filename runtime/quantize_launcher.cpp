@@ -1,0 +1,59 @@
+#include "runtime/quantize_launcher.hpp"
+
+#include <stdexcept>
+
+namespace fp8c::runtime {
+
+QuantizeLauncher::QuantizeLauncher(const Jit& jit, const QuantizeKernel& kernel)
+    : kernel_(kernel),
+      compiled_(jit.compile(emit_cuda(kernel))),
+      module_(compiled_.cubin),
+      function_(module_.function(compiled_.entry)) {}
+
+void QuantizeLauncher::launch(const QuantizeArgs& a, CUstream stream) const {
+  const auto need = [&](bool condition, const char* what) {
+    if (!condition)
+      throw std::invalid_argument(kernel_.name() + ": missing argument " + std::string(what));
+  };
+  if (a.rows < 0 || a.cols < 0) throw std::invalid_argument(kernel_.name() + ": negative shape");
+  need(a.x != 0, "x");
+  need(!kernel_.rowwise || a.rowwise != 0, "rowwise");
+  need(!kernel_.columnwise || a.columnwise != 0, "columnwise");
+  need(!kernel_.amax || a.amax_out != 0, "amax_out");
+  need(!kernel_.dbias || a.dbias_partial != 0, "dbias_partial");
+  need(kernel_.dact == Activation::none || a.pre_activation != 0, "pre_activation");
+  need(kernel_.scale_from_amax ? a.amax_in != 0 : a.scale != 0,
+       kernel_.scale_from_amax ? "amax_in" : "scale");
+  void* args[] = {const_cast<CUdeviceptr*>(&a.x),
+                  const_cast<CUdeviceptr*>(&a.pre_activation),
+                  const_cast<CUdeviceptr*>(&a.scale),
+                  const_cast<CUdeviceptr*>(&a.amax_in),
+                  const_cast<CUdeviceptr*>(&a.rowwise),
+                  const_cast<CUdeviceptr*>(&a.columnwise),
+                  const_cast<CUdeviceptr*>(&a.amax_out),
+                  const_cast<CUdeviceptr*>(&a.dbias_partial),
+                  const_cast<CUdeviceptr*>(&a.scale_out),
+                  const_cast<int*>(&a.rows),
+                  const_cast<int*>(&a.cols)};
+  LaunchShape shape;
+  shape.grid[0] = static_cast<unsigned>(tiles(a.cols));
+  shape.grid[1] = static_cast<unsigned>(tiles(a.rows));
+  shape.block[0] = kQuantizeThreads;
+  runtime::launch(function_, shape, stream, args);
+}
+
+DbiasReduceLauncher::DbiasReduceLauncher(const Jit& jit)
+    : compiled_(jit.compile(emit_cuda_dbias_reduce())),
+      module_(compiled_.cubin),
+      function_(module_.function(compiled_.entry)) {}
+
+void DbiasReduceLauncher::launch(CUdeviceptr dbias, CUdeviceptr partial, int tiles, int cols,
+                                 CUstream stream) const {
+  void* args[] = {&dbias, &partial, &tiles, &cols};
+  LaunchShape shape;
+  shape.grid[0] = static_cast<unsigned>((cols + 255) / 256);
+  shape.block[0] = 256;
+  runtime::launch(function_, shape, stream, args);
+}
+
+}  // namespace fp8c::runtime

@@ -1,0 +1,56 @@
+// A compiled, loaded QuantizeKernel and how to launch it. Shared by the GPU
+// executor, the GPU tests and the benchmarks, so all three run the same code.
+#pragma once
+
+#include "codegen/kernels/quantize.hpp"
+#include "runtime/device.hpp"
+#include "runtime/jit.hpp"
+
+namespace fp8c::runtime {
+
+struct QuantizeArgs {
+  CUdeviceptr x = 0;
+  CUdeviceptr pre_activation = 0;  // dact only
+  CUdeviceptr scale = 0;           // delayed: the scale to apply
+  CUdeviceptr amax_in = 0;         // current: the reduced amax (float) to scale from
+  CUdeviceptr rowwise = 0;
+  CUdeviceptr columnwise = 0;
+  CUdeviceptr amax_out = 0;       // float bits, atomically maxed: zero it first
+  CUdeviceptr dbias_partial = 0;  // [tiles(rows)][cols] floats
+  CUdeviceptr scale_out = 0;      // current: where the scale used is written (optional)
+  int rows = 0;
+  int cols = 0;
+};
+
+class QuantizeLauncher {
+ public:
+  QuantizeLauncher(const Jit& jit, const QuantizeKernel& kernel);
+
+  const QuantizeKernel& kernel() const { return kernel_; }
+  const CompiledKernel& compiled() const { return compiled_; }
+
+  // Checks the arguments the description needs are there, then launches.
+  void launch(const QuantizeArgs& args, CUstream stream) const;
+
+  static int tiles(int extent) { return (extent + kQuantizeTile - 1) / kQuantizeTile; }
+
+ private:
+  QuantizeKernel kernel_;
+  CompiledKernel compiled_;
+  Module module_;
+  CUfunction function_;
+};
+
+// dbias = the sum of dbias_partial's `tiles` rows, in order.
+class DbiasReduceLauncher {
+ public:
+  explicit DbiasReduceLauncher(const Jit& jit);
+  void launch(CUdeviceptr dbias, CUdeviceptr partial, int tiles, int cols, CUstream stream) const;
+
+ private:
+  CompiledKernel compiled_;
+  Module module_;
+  CUfunction function_;
+};
+
+}  // namespace fp8c::runtime

@@ -1,0 +1,39 @@
+// The quantize kernel variants the tests cover: every input type, format and
+// usage set, with amax or current scaling, plus the fused dbias/dact ones.
+#pragma once
+
+#include <vector>
+
+#include "codegen/kernels/quantize.hpp"
+
+namespace fp8c::testing {
+
+inline std::vector<QuantizeKernel> quantize_variants() {
+  std::vector<QuantizeKernel> all;
+  for (ElemType input : {ElemType::bf16, ElemType::fp16, ElemType::fp32})
+    for (Fp8Format format : {Fp8Format::e4m3, Fp8Format::e5m2})
+      for (int usage = 1; usage <= 3; ++usage)
+        for (bool current : {false, true}) {
+          QuantizeKernel k;
+          k.input = input;
+          k.format = format;
+          k.rowwise = usage & 1;
+          k.columnwise = usage & 2;
+          k.amax = !current;
+          k.scale_from_amax = current;
+          k.pow2_scale = current && input == ElemType::fp16;
+          all.push_back(k);
+        }
+  for (Activation act : {Activation::none, Activation::relu, Activation::gelu, Activation::silu}) {
+    QuantizeKernel k;
+    k.format = Fp8Format::e5m2;
+    k.columnwise = true;
+    k.amax = true;
+    k.dbias = true;
+    k.dact = act;
+    all.push_back(k);
+  }
+  return all;
+}
+
+}  // namespace fp8c::testing

@@ -1,0 +1,226 @@
+// Every quantize kernel variant on the GPU against the CPU reference, on
+// fresh random inputs (NaN, Inf, subnormals, values past the FP8 range) and
+// shapes that are not tile multiples, with outputs poisoned before each run.
+// Casts, transposes, scales and amax must match bit for bit; dbias and the
+// activation-gradient variants within the tolerances stated below.
+// Skipped, visibly, where there is no GPU.
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+
+#include "codegen/numerics/fp8.hpp"
+#include "codegen/numerics/half.hpp"
+#include "kernel_variants.hpp"
+#include "runtime/quantize_launcher.hpp"
+#include "runtime/reference/quantize_reference.hpp"
+
+namespace fp8c::runtime {
+namespace {
+
+constexpr unsigned char kPoison = 0xCD;
+
+struct Gpu {
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Jit> jit;
+};
+
+Gpu* gpu() {
+  static Gpu* instance = [] {
+    auto* g = new Gpu;
+    if (driver_available()) {
+      g->device = std::make_unique<Device>(0);
+      const auto dir = std::filesystem::temp_directory_path() / "fp8c-gpu-test-cache";
+      g->jit = std::make_unique<Jit>(g->device->arch(), CubinCache(dir.string()));
+    }
+    return g;
+  }();
+  return instance;
+}
+
+#define REQUIRE_GPU()                                                     \
+  do {                                                                    \
+    std::string reason;                                                   \
+    if (!driver_available(&reason)) GTEST_SKIP() << "no GPU: " << reason; \
+  } while (0)
+
+enum class Data { finite, any_bits };
+
+// Raw element bits of `type`: finite data spans normal values, subnormals of
+// the input type, zeros of both signs and values far past the FP8 range;
+// any_bits is every pattern, NaN and Inf included.
+std::vector<unsigned char> random_input(ElemType type, std::size_t n, Data data,
+                                        std::mt19937& rng) {
+  const std::size_t width = type == ElemType::fp32 ? 4 : 2;
+  std::vector<unsigned char> bytes(n * width);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<std::uint32_t> bits;
+  std::uniform_int_distribution<int> pick(0, 99);
+  for (std::size_t i = 0; i < n; ++i) {
+    float v = normal(rng);
+    const int p = pick(rng);
+    if (p < 5)
+      v *= 1e5f;  // saturates after scaling
+    else if (p < 10)
+      v *= 1e-6f;  // FP8 subnormals and underflow
+    else if (p < 12)
+      v = p == 10 ? 0.0f : -0.0f;
+    std::uint32_t raw32 = std::bit_cast<std::uint32_t>(v);
+    std::uint16_t raw16 =
+        type == ElemType::bf16 ? numerics::float_to_bf16(v) : numerics::float_to_fp16(v);
+    if (p == 12 && type != ElemType::fp32)
+      raw16 = static_cast<std::uint16_t>(bits(rng) & 0x03FF);  // input subnormal
+    if (data == Data::any_bits) {
+      raw32 = bits(rng);
+      raw16 = static_cast<std::uint16_t>(bits(rng));
+    }
+    if (width == 4)
+      std::memcpy(&bytes[i * 4], &raw32, 4);
+    else
+      std::memcpy(&bytes[i * 2], &raw16, 2);
+  }
+  return bytes;
+}
+
+struct Shape {
+  int rows, cols;
+};
+
+// Codes a and b are the same FP8 value or neighbours (same sign).
+bool within_one_code(std::uint8_t a, std::uint8_t b) {
+  if (a == b) return true;
+  if ((a & 0x80) != (b & 0x80)) return (a & 0x7F) == 0 && (b & 0x7F) == 0;
+  return std::abs(int(a & 0x7F) - int(b & 0x7F)) <= 1;
+}
+
+void run_case(const QuantizeKernel& k, Shape shape, Data data, std::uint32_t seed) {
+  SCOPED_TRACE(k.name() + " " + std::to_string(shape.rows) + "x" + std::to_string(shape.cols) +
+               (data == Data::finite ? " finite" : " any-bits") + " seed " + std::to_string(seed));
+  Gpu& g = *gpu();
+  std::mt19937 rng(seed);
+  const std::size_t n = static_cast<std::size_t>(shape.rows) * shape.cols;
+  const auto x = random_input(k.input, n, data, rng);
+  const auto pre = random_input(k.input, n, Data::finite, rng);
+  const float scale = std::uniform_real_distribution<float>(0.5f, 300.0f)(rng);
+
+  // Current scaling takes an already reduced amax: use the reference's.
+  const QuantizeResult amax_only =
+      reference_quantize(k, x.data(), pre.data(), 1.0f, 0.0f, shape.rows, shape.cols);
+  const float amax_in = std::bit_cast<float>(amax_only.amax_bits);
+  const QuantizeResult want =
+      reference_quantize(k, x.data(), pre.data(), scale, amax_in, shape.rows, shape.cols);
+
+  const QuantizeLauncher launcher(*g.jit, k);
+  const int tiles = QuantizeLauncher::tiles(shape.rows);
+  DeviceBuffer d_x(x.size()), d_pre(pre.size()), d_scale(4), d_amax_in(4), d_row(n), d_col(n),
+      d_amax(4), d_partial(static_cast<std::size_t>(tiles) * shape.cols * 4), d_scale_out(4),
+      d_dbias(static_cast<std::size_t>(shape.cols) * 4);
+  d_x.upload(x.data(), x.size());
+  d_pre.upload(pre.data(), pre.size());
+  d_scale.upload(&scale, 4);
+  d_amax_in.upload(&amax_in, 4);
+  for (auto* b : {&d_row, &d_col, &d_partial, &d_scale_out, &d_dbias}) b->fill(kPoison);
+  d_amax.fill(0);
+  QuantizeArgs a;
+  a.x = d_x.get();
+  a.pre_activation = d_pre.get();
+  a.scale = d_scale.get();
+  a.amax_in = d_amax_in.get();
+  a.rowwise = d_row.get();
+  a.columnwise = d_col.get();
+  a.amax_out = d_amax.get();
+  a.dbias_partial = d_partial.get();
+  a.scale_out = d_scale_out.get();
+  a.rows = shape.rows;
+  a.cols = shape.cols;
+  launcher.launch(a, nullptr);
+  if (k.dbias)
+    DbiasReduceLauncher(*g.jit).launch(d_dbias.get(), d_partial.get(), tiles, shape.cols, nullptr);
+  g.device->synchronize();
+
+  const bool exact = k.dact == Activation::none;
+  std::vector<std::uint8_t> got(n);
+  const auto compare = [&](const std::vector<std::uint8_t>& expected, const char* what) {
+    std::size_t mismatches = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const bool ok = exact ? got[i] == expected[i] : within_one_code(got[i], expected[i]);
+      if (!ok && ++mismatches <= 5)
+        ADD_FAILURE() << what << "[" << i << "] = 0x" << std::hex << int(got[i]) << ", want 0x"
+                      << int(expected[i]) << std::dec << " (input element "
+                      << reference_element(k, x.data(), pre.data(), static_cast<std::int64_t>(i))
+                      << ")";
+    }
+    EXPECT_EQ(mismatches, 0u) << what;
+  };
+  if (k.rowwise) {
+    d_row.download(got.data(), n);
+    compare(want.rowwise, "rowwise");
+  }
+  if (k.columnwise) {
+    d_col.download(got.data(), n);
+    compare(want.columnwise, "columnwise");
+  }
+  if (k.amax) {
+    std::uint32_t amax_bits = 0;
+    d_amax.download(&amax_bits, 4);
+    if (exact) {
+      EXPECT_EQ(amax_bits, want.amax_bits)
+          << std::bit_cast<float>(amax_bits) << " vs " << std::bit_cast<float>(want.amax_bits);
+    } else {
+      EXPECT_NEAR(std::bit_cast<float>(amax_bits), std::bit_cast<float>(want.amax_bits),
+                  1e-5f * std::bit_cast<float>(want.amax_bits));
+    }
+  }
+  if (k.scale_from_amax) {
+    float used = 0;
+    d_scale_out.download(&used, 4);
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(used), std::bit_cast<std::uint32_t>(want.scale));
+  }
+  if (k.dbias) {
+    // Sums in another order: within 1e-5 of the sum of magnitudes per column.
+    std::vector<float> dbias(static_cast<std::size_t>(shape.cols));
+    d_dbias.download(dbias.data(), dbias.size() * 4);
+    for (int c = 0; c < shape.cols; ++c) {
+      double magnitude = 0;
+      for (int r = 0; r < shape.rows; ++r)
+        magnitude += std::fabs(reference_element(k, x.data(), pre.data(),
+                                                 static_cast<std::int64_t>(r) * shape.cols + c));
+      ASSERT_NEAR(dbias[c], want.dbias[c], 1e-5 * magnitude + 1e-30) << "dbias[" << c << "]";
+    }
+  }
+}
+
+class QuantizeGpu : public ::testing::TestWithParam<QuantizeKernel> {};
+
+TEST_P(QuantizeGpu, MatchesTheCpuReference) {
+  REQUIRE_GPU();
+  const QuantizeKernel k = GetParam();
+  const Shape shapes[] = {{1, 1}, {17, 33}, {128, 128}, {256, 384}, {300, 520}, {1000, 2048}};
+  std::uint32_t seed = 1;
+  for (const Shape& s : shapes) {
+    run_case(k, s, Data::finite, seed++);
+    if (k.dact == Activation::none && !k.dbias) run_case(k, s, Data::any_bits, seed++);
+  }
+}
+
+TEST_P(QuantizeGpu, LargeUnalignedShape) {
+  REQUIRE_GPU();
+  const QuantizeKernel k = GetParam();
+  if (k.input != ElemType::bf16) GTEST_SKIP() << "one input type suffices for the large shape";
+  run_case(k, {4095, 8191}, Data::finite, 99);
+}
+
+std::string variant_name(const ::testing::TestParamInfo<QuantizeKernel>& info) {
+  return info.param.name();
+}
+
+INSTANTIATE_TEST_SUITE_P(AllVariants, QuantizeGpu,
+                         ::testing::ValuesIn(testing::quantize_variants()), variant_name);
+
+}  // namespace
+}  // namespace fp8c::runtime
