@@ -13,8 +13,10 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$out/gpu.txt"
 
 echo "== GPU tests"
-"$build/tests/runtime/runtime_tests" --gtest_brief=1 2>&1 | tail -n 60 | tee "$out/tests.log"
-tests=${PIPESTATUS[0]}
+"$build/tests/runtime/runtime_tests" > "$out/tests.log" 2>&1
+tests=$?
+grep -E "^\[  (PASSED|FAILED|SKIPPED) \]" "$out/tests.log" | head -n 30
+grep -E "Failure|Which is|want|differs" "$out/tests.log" | head -n 30
 
 echo "== compute-sanitizer (memcheck, racecheck) on one aligned and one ragged shape"
 for tool in memcheck racecheck; do

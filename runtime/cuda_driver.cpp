@@ -2,15 +2,23 @@
 
 #include <mutex>
 #include <stdexcept>
+#include <type_traits>
 
 #include "runtime/dynamic_library.hpp"
 
 namespace fp8c::runtime {
 namespace {
 
+// Each entry point's type is the prototype cuda.h declares for its name.
+#define FP8C_CHECK_ABI(name, version)                                       \
+  static_assert(std::is_same_v<PFN_##name##_v##version, decltype(&::name)>, \
+                #name " is not called with the ABI version cuda.h declares");
+FP8C_DRIVER_FUNCTIONS(FP8C_CHECK_ABI)
+#undef FP8C_CHECK_ABI
+
 // The oldest driver whose entry points have the ABI of the headers for every
 // function in FP8C_DRIVER_FUNCTIONS.
-constexpr int kMinimumDriverVersion = 12000;
+constexpr int kMinimumDriverVersion = 12080;  // cuEventElapsedTime_v2
 
 DriverApi load_driver() {
   // Never the toolkit's stubs/libcuda.so: it has the same soname and answers
@@ -28,9 +36,7 @@ DriverApi load_driver() {
   if (api.driver_version < kMinimumDriverVersion)
     throw Unavailable("the CUDA driver is version " + std::to_string(api.driver_version) +
                       "; fp8c needs " + std::to_string(kMinimumDriverVersion) + " or newer");
-  // Ask for the ABI of the headers, or of the driver if it is older.
-  const int version = std::min(api.driver_version, CUDA_VERSION);
-  const auto load = [&](const char* name, auto& slot) {
+  const auto load = [&](const char* name, int version, auto& slot) {
     void* address = nullptr;
     CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     const CUresult result = get_proc(name, &address, version, CU_GET_PROC_ADDRESS_DEFAULT, &status);
@@ -39,7 +45,7 @@ DriverApi load_driver() {
                         " for version " + std::to_string(version));
     slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(address);
   };
-#define FP8C_LOAD(name) load(#name, api.name);
+#define FP8C_LOAD(name, version) load(#name, version, api.name);
   FP8C_DRIVER_FUNCTIONS(FP8C_LOAD)
 #undef FP8C_LOAD
 

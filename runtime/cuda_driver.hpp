@@ -5,55 +5,60 @@
 #pragma once
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include <string>
 
 namespace fp8c::runtime {
 
-// Entry points fp8c uses. Their types come from cuda.h's prototypes, which
-// name the current ABI (cuMemAlloc is cuMemAlloc_v2 there).
-#define FP8C_DRIVER_FUNCTIONS(X) \
-  X(cuInit)                      \
-  X(cuDriverGetVersion)          \
-  X(cuGetErrorName)              \
-  X(cuGetErrorString)            \
-  X(cuDeviceGetCount)            \
-  X(cuDeviceGet)                 \
-  X(cuDeviceGetName)             \
-  X(cuDeviceGetAttribute)        \
-  X(cuDeviceTotalMem)            \
-  X(cuDevicePrimaryCtxRetain)    \
-  X(cuDevicePrimaryCtxRelease)   \
-  X(cuCtxSetCurrent)             \
-  X(cuCtxSynchronize)            \
-  X(cuModuleLoadData)            \
-  X(cuModuleUnload)              \
-  X(cuModuleGetFunction)         \
-  X(cuFuncGetAttribute)          \
-  X(cuFuncSetAttribute)          \
-  X(cuLaunchKernel)              \
-  X(cuMemAlloc)                  \
-  X(cuMemFree)                   \
-  X(cuMemcpyHtoD)                \
-  X(cuMemcpyDtoH)                \
-  X(cuMemcpyDtoDAsync)           \
-  X(cuMemcpyHtoDAsync)           \
-  X(cuMemcpyDtoHAsync)           \
-  X(cuMemsetD8Async)             \
-  X(cuMemGetInfo)                \
-  X(cuStreamCreate)              \
-  X(cuStreamDestroy)             \
-  X(cuStreamSynchronize)         \
-  X(cuStreamWaitEvent)           \
-  X(cuEventCreate)               \
-  X(cuEventDestroy)              \
-  X(cuEventRecord)               \
-  X(cuEventQuery)                \
-  X(cuEventSynchronize)          \
-  X(cuEventElapsedTime)
+// Entry points fp8c uses, each with the ABI version it is called with. The
+// version is explicit because cuGetProcAddress returns the newest ABI at or
+// below the version asked for, which need not be the prototype cuda.h
+// declares: asking for cuCtxSynchronize at 13000 returns the v13000 entry
+// point, which takes a context argument that the v2000 prototype does not
+// pass. cuda_driver.cpp checks each (name, version) against cuda.h.
+#define FP8C_DRIVER_FUNCTIONS(X)      \
+  X(cuInit, 2000)                     \
+  X(cuDriverGetVersion, 2020)         \
+  X(cuGetErrorName, 6000)             \
+  X(cuGetErrorString, 6000)           \
+  X(cuDeviceGetCount, 2000)           \
+  X(cuDeviceGet, 2000)                \
+  X(cuDeviceGetName, 2000)            \
+  X(cuDeviceGetAttribute, 2000)       \
+  X(cuDeviceTotalMem, 3020)           \
+  X(cuDevicePrimaryCtxRetain, 7000)   \
+  X(cuDevicePrimaryCtxRelease, 11000) \
+  X(cuCtxSetCurrent, 4000)            \
+  X(cuCtxSynchronize, 2000)           \
+  X(cuModuleLoadData, 2000)           \
+  X(cuModuleUnload, 2000)             \
+  X(cuModuleGetFunction, 2000)        \
+  X(cuFuncGetAttribute, 2020)         \
+  X(cuFuncSetAttribute, 9000)         \
+  X(cuLaunchKernel, 4000)             \
+  X(cuMemAlloc, 3020)                 \
+  X(cuMemFree, 3020)                  \
+  X(cuMemcpyHtoD, 3020)               \
+  X(cuMemcpyDtoH, 3020)               \
+  X(cuMemcpyDtoDAsync, 3020)          \
+  X(cuMemcpyHtoDAsync, 3020)          \
+  X(cuMemcpyDtoHAsync, 3020)          \
+  X(cuMemsetD8Async, 3020)            \
+  X(cuMemGetInfo, 3020)               \
+  X(cuStreamCreate, 2000)             \
+  X(cuStreamDestroy, 4000)            \
+  X(cuStreamSynchronize, 2000)        \
+  X(cuStreamWaitEvent, 3020)          \
+  X(cuEventCreate, 2000)              \
+  X(cuEventDestroy, 4000)             \
+  X(cuEventRecord, 2000)              \
+  X(cuEventQuery, 2000)               \
+  X(cuEventSynchronize, 2000)         \
+  X(cuEventElapsedTime, 12080)
 
 struct DriverApi {
-#define FP8C_DECLARE(name) decltype(&::name) name = nullptr;
+#define FP8C_DECLARE(name, version) PFN_##name##_v##version name = nullptr;
   FP8C_DRIVER_FUNCTIONS(FP8C_DECLARE)
 #undef FP8C_DECLARE
   int driver_version = 0;  // e.g. 13000 for a CUDA 13.0 driver

@@ -1,6 +1,7 @@
 #include "runtime/quantize_launcher.hpp"
 
 #include <stdexcept>
+#include <utility>
 
 namespace fp8c::runtime {
 
@@ -38,6 +39,7 @@ void QuantizeLauncher::launch(const QuantizeArgs& a, CUstream stream) const {
   LaunchShape shape;
   shape.grid[0] = static_cast<unsigned>(tiles(a.cols));
   shape.grid[1] = static_cast<unsigned>(tiles(a.rows));
+  if (kernel_.rows_first) std::swap(shape.grid[0], shape.grid[1]);
   shape.block[0] = kQuantizeThreads;
   runtime::launch(function_, shape, stream, args);
 }

@@ -41,12 +41,17 @@ struct QuantizeKernel {
   // (current scaling) instead of read from a scale buffer (delayed).
   bool scale_from_amax = false;
   bool pow2_scale = false;  // with scale_from_amax: round the scale down to 2^k
+  // Block order: consecutive blocks walk down the rows of one column band
+  // (so blocks running together write adjacent pieces of the same columnwise
+  // rows) instead of across the columns of one row band.
+  bool rows_first = false;
 
   std::string name() const;  // unique per variant; also the entry point's name
   bool operator==(const QuantizeKernel&) const = default;
 };
 
-// The tile one thread block handles; launch grid = ceil(cols / kTile) x ceil(rows / kTile).
+// The tile one thread block handles; launch grid = ceil(cols / kTile) x ceil(rows / kTile),
+// or its transpose with rows_first.
 inline constexpr int kQuantizeTile = 128;
 inline constexpr int kQuantizeThreads = 256;
 

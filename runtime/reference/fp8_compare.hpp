@@ -1,0 +1,30 @@
+// How a generated kernel's FP8 output is compared with the CPU reference
+// where the two may legitimately differ: the activation-gradient kernels use
+// tanh.approx / __expf, so dact may differ by about 1e-3 absolute (dGELU's two
+// terms cancel where the true value is near 0, so no relative bound holds
+// there). A code passes when the decoded values differ by at most
+// 2e-3 * |grad| * scale plus one step of the FP8 grid at that magnitude.
+// Everything else is compared bit for bit.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "codegen/numerics/fp8.hpp"
+#include "fp8c/spec.hpp"
+
+namespace fp8c::runtime {
+
+inline bool fp8_close_for_dact(std::uint8_t got, std::uint8_t want, float grad, float scale,
+                               Fp8Format format) {
+  if (got == want) return true;
+  const auto f = format == Fp8Format::e4m3 ? numerics::Fp8Format::e4m3 : numerics::Fp8Format::e5m2;
+  const float a = numerics::fp8_to_float(got, f), b = numerics::fp8_to_float(want, f);
+  if (std::isnan(a) || std::isnan(b)) return false;
+  const float larger = std::max(std::fabs(a), std::fabs(b));
+  const float step = larger * (format == Fp8Format::e4m3 ? 0.125f : 0.25f) + 1e-30f;
+  return std::fabs(a - b) <= 2e-3f * std::fabs(grad) * scale + step;
+}
+
+}  // namespace fp8c::runtime
