@@ -5,6 +5,9 @@
 #include <filesystem>
 #include <set>
 
+#include "codegen/kernels/plan_kernels.hpp"
+#include "codegen/planner.hpp"
+#include "fp8c/dsl.hpp"
 #include "kernel_variants.hpp"
 #include "runtime/jit.hpp"
 
@@ -30,6 +33,31 @@ TEST(KernelCompile, EveryQuantizeVariantCompilesWithoutSpills) {
     EXPECT_GT(c.registers, 0) << c.name;
     EXPECT_EQ(c.spill_stores, 0) << c.name;
     EXPECT_EQ(c.spill_loads, 0) << c.name;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Every kernel that the plan of every example needs, at the ranks the example
+// asks for, compiles without spills.
+TEST(KernelCompile, EveryExampleSpecsKernelsCompileWithoutSpills) {
+  const std::filesystem::path examples = FP8C_EXAMPLES_DIR;
+  std::vector<KernelSource> sources;
+  std::size_t specs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(examples)) {
+    if (entry.path().extension() != ".fp8") continue;
+    ++specs;
+    const Spec spec = load_spec(entry.path().string());
+    const PlanKernels kernels = kernels_for(plan_spec(spec, {std::nullopt, 1024}), spec);
+    for (const auto& p : kernels.kernels) sources.push_back(emit_cuda(p.kernel));
+  }
+  ASSERT_GE(specs, 5u);
+  ASSERT_FALSE(sources.empty());
+  const auto dir = std::filesystem::temp_directory_path() / "fp8c-example-compile-test";
+  std::filesystem::remove_all(dir);
+  const Jit jit("sm_90a", CubinCache(dir.string()));
+  for (const auto& c : jit.compile_all(sources)) {
+    EXPECT_FALSE(c.cubin.empty()) << c.name;
+    EXPECT_EQ(c.spill_stores + c.spill_loads, 0) << c.name;
   }
   std::filesystem::remove_all(dir);
 }

@@ -21,6 +21,13 @@
 #include "runtime/reference/fp8_compare.hpp"
 #include "runtime/reference/quantize_reference.hpp"
 
+namespace fp8c {
+// Test names and failure messages show a variant by its kernel name.
+void PrintTo(const QuantizeKernel& k, std::ostream* os) {
+  *os << k.name();
+}
+}  // namespace fp8c
+
 namespace fp8c::runtime {
 namespace {
 

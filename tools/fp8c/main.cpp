@@ -12,6 +12,8 @@ std::vector<Command> all_commands() {
   std::vector<Command> all = dsl_commands();
   const auto& plan = plan_commands();
   all.insert(all.end(), plan.begin(), plan.end());
+  const auto& kernels = kernel_commands();
+  all.insert(all.end(), kernels.begin(), kernels.end());
   return all;
 }
 

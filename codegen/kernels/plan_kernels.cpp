@@ -1,0 +1,80 @@
+#include "codegen/kernels/plan_kernels.hpp"
+
+#include <algorithm>
+
+namespace fp8c {
+namespace {
+
+bool is_high_precision(ElemType t) {
+  return t == ElemType::bf16 || t == ElemType::fp16 || t == ElemType::fp32;
+}
+
+void add(PlanKernels& into, const QuantizeKernel& k, std::string use) {
+  for (auto& p : into.kernels) {
+    if (p.kernel == k) {
+      p.used_by.push_back(std::move(use));
+      return;
+    }
+  }
+  into.kernels.push_back({k, {std::move(use)}});
+}
+
+}  // namespace
+
+void collect_kernels(const LayerPlan& plan, const Layer& layer, PlanKernels& into) {
+  const auto walk = [&](const std::vector<Step>& steps, const char* pass) {
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      const Step& s = steps[i];
+      const std::string use = plan.layer + " " + pass + " step " + std::to_string(i) + " (" +
+                              std::string(to_string(s.kind)) + " " +
+                              (s.inputs.empty() ? "" : plan.tensor(s.inputs[0]).name) + ")";
+      if (s.kind != StepKind::quantize && s.kind != StepKind::amax) {
+        if (s.kind == StepKind::transpose || s.kind == StepKind::permute ||
+            s.kind == StepKind::dequantize || s.kind == StepKind::scale_update ||
+            s.kind == StepKind::epilogue)
+          into.not_generated.push_back(use);
+        continue;
+      }
+      const Tensor& src = plan.tensor(s.inputs.at(0));
+      if (!is_high_precision(src.type)) continue;
+      QuantizeKernel k;
+      k.input = src.type;
+      k.dact = s.fused_dact ? layer.activation : Activation::none;
+      if (s.kind == StepKind::amax) {
+        k.rowwise = false;
+        k.amax = true;
+        add(into, k, use);
+        continue;
+      }
+      const Tensor* fp8 = nullptr;
+      for (int id : s.outputs)
+        if (plan.tensor(id).is_fp8()) fp8 = &plan.tensor(id);
+      if (!fp8) continue;
+      if (fp8->scaling != Scaling::per_tensor) {
+        into.not_generated.push_back(use + " [" + std::string(to_string(fp8->scaling)) + "]");
+        continue;
+      }
+      k.format = fp8->type == ElemType::e4m3 ? Fp8Format::e4m3 : Fp8Format::e5m2;
+      k.rowwise = s.rowwise;
+      k.columnwise = s.columnwise;
+      k.amax = s.fused_amax;
+      k.dbias = s.fused_dbias;
+      k.scale_from_amax = layer.recipe.kind == RecipeKind::current;
+      k.pow2_scale = k.scale_from_amax && layer.recipe.scale == ScaleForm::pow2;
+      add(into, k, use);
+    }
+  };
+  walk(plan.forward, "forward");
+  walk(plan.backward, "backward");
+  walk(plan.update, "update");
+}
+
+PlanKernels kernels_for(const Plan& plan, const Spec& spec) {
+  PlanKernels out;
+  for (const auto& layer_plan : plan.layers)
+    if (const Layer* layer = spec.find_layer(layer_plan.layer))
+      collect_kernels(layer_plan, *layer, out);
+  return out;
+}
+
+}  // namespace fp8c

@@ -1,0 +1,32 @@
+// Which generated kernels a Plan needs: each quantize and amax step of a
+// layer becomes a kernel description, fused as the step says. Identical
+// descriptions (the same variant needed by several steps or layers) are
+// listed once. Steps whose generator does not exist yet are listed too, so
+// `fp8c compile` says plainly what it cannot build.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "codegen/kernels/quantize.hpp"
+#include "codegen/plan.hpp"
+#include "fp8c/spec.hpp"
+
+namespace fp8c {
+
+struct PlannedKernel {
+  QuantizeKernel kernel;
+  std::vector<std::string> used_by;  // "fc1 forward step 2 (quantize fc1.x)", ...
+};
+
+struct PlanKernels {
+  std::vector<PlannedKernel> kernels;
+  std::vector<std::string> not_generated;  // steps that need a generator fp8c lacks so far
+};
+
+// `layer` is the spec's layer the plan was made from (its activation and recipe).
+void collect_kernels(const LayerPlan& plan, const Layer& layer, PlanKernels& into);
+
+PlanKernels kernels_for(const Plan& plan, const Spec& spec);
+
+}  // namespace fp8c

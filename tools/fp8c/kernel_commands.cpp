@@ -1,0 +1,219 @@
+// fp8c emit | compile: the generated kernels of a spec, as source and as
+// CUBINs through NVRTC (no GPU needed).
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include "codegen/kernels/plan_kernels.hpp"
+#include "codegen/planner.hpp"
+#include "fp8c/dsl.hpp"
+#include "runtime/jit.hpp"
+#include "tools/fp8c/commands.hpp"
+
+namespace fp8c::tools {
+namespace {
+
+struct KernelOptions {
+  std::string file;
+  std::string layer;
+  std::string kernel;
+  std::string arch = "sm_90a";
+  std::string cache_dir;
+  PlanOptions plan;
+  unsigned threads = 0;
+};
+
+// Parses the options both commands share; returns a usage message or "".
+std::string parse(const Args& args, KernelOptions& o, bool compile) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    const auto value = [&]() -> const std::string* {
+      return i + 1 < args.size() ? &args[++i] : nullptr;
+    };
+    const auto count = [&](std::uint64_t& out) {
+      const std::string* v = value();
+      if (!v || v->empty() || v->size() > 9 ||
+          v->find_first_not_of("0123456789") != std::string::npos)
+        return false;
+      out = std::stoull(*v);
+      return out > 0;
+    };
+    std::uint64_t n = 0;
+    if (a == "--layer") {
+      const std::string* v = value();
+      if (!v) return "--layer needs a layer name";
+      o.layer = *v;
+    } else if (!compile && a == "--kernel") {
+      const std::string* v = value();
+      if (!v) return "--kernel needs a kernel name";
+      o.kernel = *v;
+    } else if (compile && a == "--arch") {
+      const std::string* v = value();
+      if (!v || !parse_target(*v)) return "--arch needs an architecture such as sm_90a";
+      o.arch = *v;
+    } else if (compile && a == "--cache-dir") {
+      const std::string* v = value();
+      if (!v) return "--cache-dir needs a directory";
+      o.cache_dir = *v;
+    } else if (compile && a == "--threads") {
+      if (!count(n)) return "--threads needs a positive integer";
+      o.threads = static_cast<unsigned>(n);
+    } else if (a == "--ranks") {
+      if (!count(n)) return "--ranks needs a positive integer";
+      o.plan.ranks = static_cast<std::uint32_t>(n);
+    } else if (a == "--tokens") {
+      if (!count(n)) return "--tokens needs a positive integer";
+      o.plan.tokens = n;
+    } else if (a.size() > 1 && a[0] == '-') {
+      return "unknown option '" + a + "'";
+    } else if (o.file.empty()) {
+      o.file = a;
+    } else {
+      return "more than one file given";
+    }
+  }
+  return o.file.empty() ? "no file given" : "";
+}
+
+// The spec's kernels, or nullopt after printing why there are none.
+std::optional<PlanKernels> plan_kernels(const KernelOptions& o) {
+  Spec spec;
+  try {
+    spec = load_spec(o.file);
+  } catch (const std::exception& e) {
+    std::cerr << e.what();
+    return std::nullopt;
+  }
+  if (!o.layer.empty() && !spec.find_layer(o.layer)) {
+    std::cerr << "fp8c: " << o.file << " has no layer '" << o.layer << "'\n";
+    return std::nullopt;
+  }
+  try {
+    const Plan plan = plan_spec(spec, o.plan);
+    PlanKernels out;
+    for (const auto& layer_plan : plan.layers)
+      if (o.layer.empty() || layer_plan.layer == o.layer)
+        collect_kernels(layer_plan, *spec.find_layer(layer_plan.layer), out);
+    return out;
+  } catch (const PlanError& e) {
+    std::cerr << "fp8c: " << e.what() << "\n";
+    return std::nullopt;
+  }
+}
+
+void report_not_generated(const PlanKernels& kernels) {
+  if (kernels.not_generated.empty()) return;
+  std::cerr << "note: " << kernels.not_generated.size()
+            << " step(s) have no kernel generator yet and are not emitted:\n";
+  for (const auto& s : kernels.not_generated) std::cerr << "  " << s << "\n";
+}
+
+int run_emit(const Args& args) {
+  KernelOptions o;
+  if (auto error = parse(args, o, false); !error.empty()) return usage_error("emit", error);
+  const auto kernels = plan_kernels(o);
+  if (!kernels) return 1;
+  bool found = o.kernel.empty();
+  for (const auto& p : kernels->kernels) {
+    if (!o.kernel.empty() && p.kernel.name() != o.kernel) continue;
+    found = true;
+    std::cout << "// ---- kernel " << p.kernel.name() << "\n";
+    for (const auto& use : p.used_by) std::cout << "// used by " << use << "\n";
+    std::cout << emit_cuda(p.kernel).source << "\n";
+  }
+  if (!found) {
+    std::cerr << "fp8c emit: no kernel named '" << o.kernel << "'; the spec's kernels are:\n";
+    for (const auto& p : kernels->kernels) std::cerr << "  " << p.kernel.name() << "\n";
+    return 1;
+  }
+  report_not_generated(*kernels);
+  return 0;
+}
+
+const char* outcome(runtime::CacheOutcome c) {
+  switch (c) {
+    case runtime::CacheOutcome::hit:
+      return "hit";
+    case runtime::CacheOutcome::compiled:
+      return "miss";
+    case runtime::CacheOutcome::rebuilt:
+      return "rebuilt";
+  }
+  return "?";
+}
+
+int run_compile(const Args& args) {
+  KernelOptions o;
+  if (auto error = parse(args, o, true); !error.empty()) return usage_error("compile", error);
+  const auto kernels = plan_kernels(o);
+  if (!kernels) return 1;
+  std::vector<KernelSource> sources;
+  for (const auto& p : kernels->kernels) sources.push_back(emit_cuda(p.kernel));
+  const runtime::Jit jit(
+      o.arch, runtime::CubinCache(o.cache_dir.empty() ? runtime::CubinCache::default_directory()
+                                                      : o.cache_dir));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<runtime::CompiledKernel> compiled;
+  try {
+    compiled = jit.compile_all(sources, o.threads);
+  } catch (const std::exception& e) {
+    std::cerr << "fp8c compile: " << e.what() << "\n";
+    return 1;
+  }
+  const double wall =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("%-44s %10s %10s %6s %7s %7s\n", "kernel", "ms", "cubin B", "regs", "spills",
+              "cache");
+  int spills = 0;
+  for (const auto& c : compiled) {
+    std::printf("%-44s %10.1f %10zu %6d %7d %7s\n", c.name.c_str(), c.milliseconds, c.cubin.size(),
+                c.registers, c.spill_stores + c.spill_loads, outcome(c.cache));
+    spills += c.spill_stores + c.spill_loads;
+    if (!c.cache_warning.empty()) std::cerr << "warning: " << c.cache_warning << "\n";
+  }
+  std::printf("%zu kernels for %s in %.1f ms wall (cache %s)\n", compiled.size(), o.arch.c_str(),
+              wall, jit.cache().directory().c_str());
+  report_not_generated(*kernels);
+  if (spills) std::cerr << "warning: " << spills << " bytes of register spills\n";
+  return 0;
+}
+
+}  // namespace
+
+const std::vector<Command>& kernel_commands() {
+  static const std::vector<Command> commands = {
+      {"emit", "print the generated CUDA C++ of a spec's kernels",
+       "usage: fp8c emit FILE [--layer L] [--kernel K] [--ranks N] [--tokens M]\n"
+       "\n"
+       "Plans FILE (as `fp8c plan` does) and prints the CUDA C++ source of every\n"
+       "kernel the plan needs, each headed by the steps that use it. Kernels\n"
+       "needed by several steps are printed once.\n"
+       "\n"
+       "  --layer L    only the kernels of layer L\n"
+       "  --kernel K   only kernel K (names as `fp8c compile` lists them)\n"
+       "  --ranks N, --tokens M   as for `fp8c plan`\n"
+       "\n"
+       "Steps whose generator does not exist yet are listed on stderr.\n"
+       "Exit status: 0 success, 1 invalid spec or unknown kernel, 2 usage error.\n",
+       run_emit},
+      {"compile", "compile a spec's kernels with NVRTC (no GPU needed)",
+       "usage: fp8c compile FILE [--arch ARCH] [--layer L] [--threads T] [--cache-dir D]\n"
+       "                        [--ranks N] [--tokens M]\n"
+       "\n"
+       "Compiles every kernel of FILE's plan to a CUBIN for ARCH (default sm_90a)\n"
+       "through NVRTC, in parallel, through the on-disk cache, and prints per\n"
+       "kernel: compile ms (cache read ms on a hit), CUBIN bytes, registers,\n"
+       "spilled bytes, and whether the cache had it. The cache is FP8C_CACHE_DIR,\n"
+       "else $XDG_CACHE_HOME/fp8c, else ~/.cache/fp8c (or --cache-dir).\n"
+       "\n"
+       "  --threads T  compile on T threads (default: one per core)\n"
+       "\n"
+       "Exit status: 0 success, 1 invalid spec, NVRTC missing or a compile error,\n"
+       "2 usage error.\n",
+       run_compile},
+  };
+  return commands;
+}
+
+}  // namespace fp8c::tools
