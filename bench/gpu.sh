@@ -27,6 +27,12 @@ for tool in memcheck racecheck; do
   tail -n 3 "$out/sanitizer_$tool.log"
 done
 
+echo "== start-up: every kernel of examples/gpt_mlp.fp8, cold then warm cache, on 2 cores"
+cache=$(mktemp -d)
+taskset -c 0,1 "$build/tools/fp8c" compile examples/gpt_mlp.fp8 --threads 2 --cache-dir "$cache" 2>/dev/null | tail -n 1 | tee "$out/startup.txt"
+taskset -c 0,1 "$build/tools/fp8c" compile examples/gpt_mlp.fp8 --threads 2 --cache-dir "$cache" 2>/dev/null | tail -n 1 | tee -a "$out/startup.txt"
+rm -rf "$cache"
+
 echo "== benchmarks"
 "$build/bench/quantize_bench" --json "$out/quantize_fp8c.json"
 python3 bench/peers/quantize_peers.py 16384 8192 "$out/quantize_peers.json" > "$out/peers.log" 2>&1 || tail -5 "$out/peers.log"
