@@ -3,6 +3,8 @@
 //   [NAME] [ { settings } ]          for layouts and debug blocks
 // A named setting may refine another: `recipe strict = hybrid { nan = error }`.
 
+#include <algorithm>
+
 #include "dsl/checker.hpp"
 
 namespace fp8c::dsl {
@@ -48,6 +50,25 @@ std::vector<std::pair<std::string_view, std::string_view>> recipe_keys_elsewhere
 
 }  // namespace
 
+bool Checker::enter_definition(const std::string& kind, const std::string& label,
+                               const std::string& name, SourceRange where) {
+  const std::string key = kind + " " + name;
+  const auto first = std::find(resolving_.begin(), resolving_.end(), key);
+  if (first == resolving_.end()) {
+    resolving_.push_back(key);
+    return true;
+  }
+  std::string message = label + " '" + name + "' is defined in terms of itself";
+  if (first + 1 != resolving_.end()) {  // through others: name them in order
+    message += ": ";
+    for (auto it = first; it != resolving_.end(); ++it)
+      message += it->substr(kind.size() + 1) + " -> ";
+    message += name;
+  }
+  diagnostics_.error(where, message);
+  return false;
+}
+
 void Checker::apply_recipe_block(const ast::Block& block, Recipe& recipe) {
   const std::string name = recipe_block_name(recipe.kind);
   const KeySet keys{name, recipe_keys(recipe.kind), recipe_keys_elsewhere()};
@@ -78,7 +99,9 @@ void Checker::apply_recipe_block(const ast::Block& block, Recipe& recipe) {
 void Checker::apply_layout_block(const ast::Block& block, Layout& layout) {
   const KeySet keys{"a layout",
                     {"tensor_parallel", "sequence_parallel", "overlap"},
-                    {{"forward", "recipes"}, {"backward", "recipes"}, {"column", "a layer's `layout = NAME column`"}}};
+                    {{"forward", "recipes"},
+                     {"backward", "recipes"},
+                     {"column", "a layer's `layout = NAME column`"}}};
   for_each_entry(diagnostics_, block, keys, [&](const ast::Entry& entry) {
     const ast::Atom* atom = read_.single(entry);
     if (!atom) return;
@@ -110,7 +133,8 @@ void Checker::apply_debug_block(const ast::Block& block, Debug& debug) {
           diagnostics_.error(atom.where, "'" + atom.text + "' cannot be combined with other GEMMs");
           return;
         }
-        if (atom.text == "all") debug.fallback = {GemmKind::fprop, GemmKind::dgrad, GemmKind::wgrad};
+        if (atom.text == "all")
+          debug.fallback = {GemmKind::fprop, GemmKind::dgrad, GemmKind::wgrad};
         return;
       }
       auto gemm = read_.word<GemmKind>(atom, "GEMM");
@@ -136,12 +160,9 @@ std::optional<Recipe> Checker::named_recipe(const ast::Atom& reference) {
     read_.unknown_word(reference, "recipe", candidates);
     return std::nullopt;
   }
-  if (!resolving_.insert("recipe " + name).second) {
-    diagnostics_.error(reference.where, "recipe '" + name + "' is defined in terms of itself");
-    return std::nullopt;
-  }
+  if (!enter_definition("recipe", "recipe", name, reference.where)) return std::nullopt;
   std::optional<Recipe> recipe = recipe_value(declared->second->value);
-  resolving_.erase("recipe " + name);
+  resolving_.pop_back();
   if (recipe) recipe->name = name;
   recipes_[name] = recipe;
   return recipe;
@@ -150,8 +171,9 @@ std::optional<Recipe> Checker::named_recipe(const ast::Atom& reference) {
 std::optional<Recipe> Checker::recipe_value(const std::vector<ast::Atom>& atoms) {
   const ast::Atom& head = atoms.front();
   if (head.kind == ast::Atom::Kind::block) {
-    diagnostics_.error(head.where, "expected a recipe kind before '{' (none, delayed, current, "
-                                   "blockwise or mxfp8)");
+    diagnostics_.error(head.where,
+                       "expected a recipe kind before '{' (none, delayed, current, "
+                       "blockwise or mxfp8)");
     return std::nullopt;
   }
   if (!read_.expect_word(head, "a recipe kind or the name of a recipe")) return std::nullopt;
@@ -189,12 +211,9 @@ std::optional<Layout> Checker::named_layout(const ast::Atom& reference) {
     read_.unknown_word(reference, "layout", candidates);
     return std::nullopt;
   }
-  if (!resolving_.insert("layout " + name).second) {
-    diagnostics_.error(reference.where, "layout '" + name + "' is defined in terms of itself");
-    return std::nullopt;
-  }
+  if (!enter_definition("layout", "layout", name, reference.where)) return std::nullopt;
   std::optional<Layout> layout = layout_value(declared->second->value);
-  resolving_.erase("layout " + name);
+  resolving_.pop_back();
   if (layout) layout->name = name;
   layouts_[name] = layout;
   return layout;
@@ -217,7 +236,8 @@ std::optional<Layout> Checker::layout_value(const std::vector<ast::Atom>& atoms)
     ++i;
   }
   if (i == 0) {
-    diagnostics_.error(atoms[0].where, "expected a layout name or { ... }, found " + describe(atoms[0]));
+    diagnostics_.error(atoms[0].where,
+                       "expected a layout name or { ... }, found " + describe(atoms[0]));
     return std::nullopt;
   }
   if (i < atoms.size()) {
@@ -238,12 +258,9 @@ std::optional<Debug> Checker::named_debug(const ast::Atom& reference) {
     read_.unknown_word(reference, "debug block", candidates);
     return std::nullopt;
   }
-  if (!resolving_.insert("debug " + name).second) {
-    diagnostics_.error(reference.where, "debug block '" + name + "' is defined in terms of itself");
-    return std::nullopt;
-  }
+  if (!enter_definition("debug", "debug block", name, reference.where)) return std::nullopt;
   std::optional<Debug> debug = debug_value(declared->second->value);
-  resolving_.erase("debug " + name);
+  resolving_.pop_back();
   if (debug) debug->name = name;
   debugs_[name] = debug;
   return debug;

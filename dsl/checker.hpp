@@ -52,6 +52,10 @@ class Checker {
   void apply_layout_block(const ast::Block& block, Layout& layout);
   void apply_debug_block(const ast::Block& block, Debug& debug);
   void resolve_named_settings();
+  // Marks `kind name` as being resolved; false (with an error naming the
+  // chain) when it already is, i.e. it is defined in terms of itself.
+  bool enter_definition(const std::string& kind, const std::string& label, const std::string& name,
+                        SourceRange where);
 
   // check_layers.cpp
   std::optional<Layer> layer(const ast::Declaration& declaration, LayerSite& site);
@@ -86,7 +90,7 @@ class Checker {
   std::map<std::string, std::optional<Recipe>> recipes_;
   std::map<std::string, std::optional<Layout>> layouts_;
   std::map<std::string, std::optional<Debug>> debugs_;
-  std::set<std::string> resolving_;
+  std::vector<std::string> resolving_;  // "recipe a", "recipe b", ...: the chain being resolved
 
   std::map<std::string, LayerSite> layer_sites_;
 };
