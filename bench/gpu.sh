@@ -35,6 +35,14 @@ rm -rf "$cache"
 
 echo "== benchmarks"
 "$build/bench/quantize_bench" --json "$out/quantize_fp8c.json"
+if [ "${FP8C_PROFILE:-0}" = 1 ]; then
+  for case in delayed_cast_transpose_amax cast_transpose_dgelu_dbias; do
+    ncu --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+      --section Occupancy -k regex:quantize --launch-skip 3 --launch-count 1 \
+      "$build/bench/quantize_bench" --iters 2 --only $case > "$out/ncu_$case.txt" 2>&1
+    grep -E "DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Registers|Stall|L2 Hit" "$out/ncu_$case.txt" | head -n 20
+  done
+fi
 python3 bench/peers/quantize_peers.py 16384 8192 "$out/quantize_peers.json" > "$out/peers.log" 2>&1 || tail -5 "$out/peers.log"
 python3 bench/merge_results.py "$out/quantize_fp8c.json" "$out/quantize_peers.json" "$commit" "$out/quantize.json"
 exit $tests

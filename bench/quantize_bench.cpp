@@ -3,7 +3,7 @@
 // CPU reference before timing, warm-up, median of many runs timed with CUDA
 // events, three input buffers rotated so no run reads from L2.
 //
-//   build/bench/quantize_bench [--rows R] [--cols C] [--iters N] [--json FILE]
+//   build/bench/quantize_bench [--rows R] [--cols C] [--iters N] [--json FILE] [--only CASE]
 //
 // Cases (bf16 input, the shapes by default 16384 x 8192):
 //   delayed_cast_transpose_amax     rowwise + columnwise E4M3 + amax
@@ -61,7 +61,7 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   int rows = 16384, cols = 8192, iters = 100;
-  std::string json;
+  std::string json, only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--rows" && i + 1 < argc)
@@ -73,7 +73,8 @@ int main(int argc, char** argv) {
     else if (a == "--json" && i + 1 < argc)
       json = argv[++i];
     else {
-      std::cerr << "usage: quantize_bench [--rows R] [--cols C] [--iters N] [--json FILE]\n";
+      std::cerr << "usage: quantize_bench [--rows R] [--cols C] [--iters N] [--json FILE] "
+                   "[--only CASE]\n";
       return 2;
     }
   }
@@ -105,6 +106,7 @@ int main(int argc, char** argv) {
     std::vector<Result> results;
     const auto time_case = [&](const std::string& name, const std::vector<QuantizeKernel>& kernels,
                                double actual_bytes_per_element) {
+      if (!only.empty() && name != only) return;
       std::vector<std::unique_ptr<QuantizeLauncher>> launchers;
       for (const auto& k : kernels) launchers.push_back(std::make_unique<QuantizeLauncher>(jit, k));
       const auto run = [&](int b) {
