@@ -153,13 +153,17 @@ class LayerPlanner {
     s.dims = data.dims;
     const std::uint64_t inner_block = data.scaling == Scaling::mx_1x32 ? 32 : 128;
     auto& inner = s.dims[static_cast<std::size_t>(data.inner_dim())];
-    inner.local = ceil_div(inner.local, inner_block);
-    inner.global = ceil_div(inner.global, inner_block);
-    if (data.scaling == Scaling::block_128x128) {
-      auto& outer = s.dims[static_cast<std::size_t>(data.outer_dim())];
-      outer.local = ceil_div(outer.local, 128);
-      outer.global = ceil_div(outer.global, 128);
-    }
+    // A sharded dim's blocks are each rank's own (a block never straddles
+    // two ranks): R * ceil(local / block) in all, which is more than
+    // ceil(global / block) when local is not a multiple of the block.
+    auto blocks = [](Dim& d, std::uint64_t block) {
+      const std::uint64_t ranks = d.global / d.local;
+      d.local = ceil_div(d.local, block);
+      d.global = d.local * ranks;
+    };
+    blocks(inner, inner_block);
+    if (data.scaling == Scaling::block_128x128)
+      blocks(s.dims[static_cast<std::size_t>(data.outer_dim())], 128);
     return add(std::move(s));
   }
 

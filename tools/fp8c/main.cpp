@@ -14,6 +14,8 @@ std::vector<Command> all_commands() {
   all.insert(all.end(), plan.begin(), plan.end());
   const auto& kernels = kernel_commands();
   all.insert(all.end(), kernels.begin(), kernels.end());
+  const auto& verify = verify_commands();
+  all.insert(all.end(), verify.begin(), verify.end());
   return all;
 }
 

@@ -1,0 +1,101 @@
+// The CPU reference executor: runs every step of a LayerPlan for real, one
+// thread per rank, each with its own Communicator (gloo over loopback, or
+// the in-process backend). Numbers follow the GPU kernels: bit-exact FP8 /
+// E8M0 / bf16 conversions (codegen/numerics), fp32 GEMM accumulation, high-
+// precision tensors rounded on every store. No GPU and no CUDA library.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "codegen/plan.hpp"
+#include "collectives/communicator.hpp"
+#include "collectives/run_ranks.hpp"
+#include "fp8c/spec.hpp"
+
+namespace fp8c::cpu {
+
+// The global, unsharded tensors of one training step, as floats that are
+// exactly representable in the layer dtype. Row-major.
+struct LayerData {
+  std::vector<float> x;   // [tokens][in]
+  std::vector<float> w;   // [out][in]
+  std::vector<float> b;   // [out], empty without bias
+  std::vector<float> dy;  // [tokens][out]
+};
+
+// Fresh random data (uniform in [-1, 1), rounded to the layer dtype) for a
+// layer and token count; the same seed gives the same data on every call.
+LayerData random_layer_data(const Layer& layer, std::uint64_t tokens, std::uint64_t seed);
+
+// Delayed scaling state of one quantized tensor (x, w, dy or dz, ...).
+struct DelayedScale {
+  float scale = 1.0f;          // the multiplier the next quantize applies
+  std::vector<float> history;  // amax history, newest first
+  bool operator==(const DelayedScale&) const = default;
+};
+
+// What persists across steps on one rank; identical initial state on all
+// ranks (weights and bias come with LayerData each step).
+struct LayerState {
+  std::map<std::string, DelayedScale> delayed;  // by tensor key: "x", "w", "dz", ...
+  bool operator==(const LayerState&) const = default;
+};
+
+LayerState initial_state(const Layer& layer);
+
+// One executed step, for tests that inspect what ran.
+struct ExecutedStep {
+  std::string pass;  // forward, backward, update
+  StepKind kind = StepKind::gemm;
+  bool rowwise = false, columnwise = false;
+  std::vector<std::string> inputs, outputs;
+  // debug statistics of a quantize / dequantize with `stats`
+  float amax = 0.0f;
+  float scale = 0.0f;
+  std::uint64_t underflows = 0, overflows = 0;
+};
+
+// One rank's results of one step, as logical row-major floats of its local
+// shard (dims as the plan's tensors say).
+struct RankStepResult {
+  std::vector<float> y, dx, dw, db;
+  std::array<Dim, 2> y_dims, dx_dims, dw_dims, db_dims;
+  LayerState state;  // after the update pass
+  std::vector<ExecutedStep> executed;
+};
+
+struct ExecutorOptions {
+  collectives::Backend backend = collectives::Backend::kGloo;
+  std::chrono::milliseconds timeout{60'000};
+  // Run the plan even when check_plan rejects it (tests that show what a
+  // broken plan computes). Off: a rejected plan is an ExecutorError.
+  bool skip_plan_check = false;
+  // Fault injection for tests: this rank skips its first collective.
+  int skip_collective_on_rank = -1;
+};
+
+class ExecutorError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Runs `steps.size()` training steps of `layer` under `plan` (all of the
+// plan's ranks as threads). Returns [rank][step]. Throws ExecutorError for a
+// plan it cannot run, and rethrows a rank's CollectiveError (a hung or
+// mismatched collective fails within the timeout instead of hanging).
+std::vector<std::vector<RankStepResult>> run_layer(const Layer& layer, const LayerPlan& plan,
+                                                   const std::vector<LayerData>& steps,
+                                                   const ExecutorOptions& options = {});
+
+// One step on one rank with a communicator the caller owns.
+RankStepResult execute_layer_step(const Layer& layer, const LayerPlan& plan,
+                                  collectives::Communicator& comm, const LayerData& data,
+                                  LayerState& state, int skip_collective = -1);
+
+}  // namespace fp8c::cpu

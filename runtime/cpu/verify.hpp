@@ -1,0 +1,74 @@
+// The distributed oracle: for each layer of a spec, run the N-rank plan and
+// the 1-rank plan on the same seeded random data, assemble the N-rank shards
+// into global tensors and compare output, dX, dW and dbias with the 1-rank
+// run (bitwise where the arithmetic is the same, within a stated tolerance
+// where a reduction order or a quantization block differs) and with a
+// float64 reference of the unquantized math. docs/verify.md states the rules.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "codegen/plan.hpp"
+#include "fp8c/spec.hpp"
+#include "runtime/cpu/executor.hpp"
+
+namespace fp8c::cpu {
+
+struct VerifyOptions {
+  std::optional<std::uint32_t> ranks;  // default: each layer's tensor_parallel
+  std::uint64_t tokens = 256;
+  std::uint32_t steps = 1;
+  std::uint64_t seed = 1;
+  std::string layer;  // only this layer; empty: all
+  bool force = false;
+  double max_flops = 2e10;  // GEMM FLOPs of one layer step above which --force is needed
+  ExecutorOptions executor;
+  // Tests: edit the N-rank plan before it runs (with executor.skip_plan_check
+  // to run a plan the checker rejects).
+  std::function<void(LayerPlan&)> edit_plan;
+};
+
+// Relative-error bounds against the float64 reference and between runs.
+struct Tolerances {
+  double e4m3 = 6e-2;            // GEMM whose operands include e4m3 (and none e5m2)
+  double e5m2 = 1.2e-1;          // GEMM with an e5m2 operand
+  double high_precision = 1e-2;  // recipe none (bf16 operands, fp32 accumulation)
+  double reduction = 2e-2;       // N-rank vs 1-rank where a sum's order differs
+};
+const Tolerances& tolerances();
+
+struct CheckResult {
+  std::string layer;
+  std::string check;     // e.g. "y: 4 ranks vs 1 rank", "dw: 4 ranks vs float64"
+  double max_abs = 0.0;  // max |a - b|
+  double rel = 0.0;      // ||a - b|| / ||b||
+  double tolerance = 0.0;
+  bool bitwise = false;  // must be bit-identical (tolerance not used)
+  bool pass = false;
+};
+
+struct VerifyReport {
+  std::vector<CheckResult> checks;
+  bool passed() const;
+};
+
+// Not runnable as asked (too large without force, unknown layer, bad shape).
+class VerifyError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// GEMM FLOPs of one training step of a layer (fprop, dgrad, wgrad).
+double layer_step_flops(const Layer& layer, std::uint64_t tokens);
+
+VerifyReport verify_spec(const Spec& spec, const VerifyOptions& options);
+
+std::string format_report(const VerifyReport& report);
+std::string report_to_json(const VerifyReport& report);
+
+}  // namespace fp8c::cpu

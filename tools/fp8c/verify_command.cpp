@@ -1,0 +1,146 @@
+// fp8c verify: the distributed oracle on CPU ranks (runtime/cpu/verify.hpp).
+
+#include <algorithm>
+#include <iostream>
+
+#include "codegen/planner.hpp"
+#include "fp8c/dsl.hpp"
+#include "runtime/cpu/verify.hpp"
+#include "tools/fp8c/commands.hpp"
+
+namespace fp8c::tools {
+namespace {
+
+constexpr std::string_view kVerifyHelp =
+    "usage: fp8c verify FILE [--ranks N] [--tokens M] [--steps K] [--seed S]\n"
+    "                        [--backend gloo|inproc] [--layer L] [--json] [--force]\n"
+    "\n"
+    "Runs each layer of FILE on CPU ranks (threads with gloo or in-process\n"
+    "collectives) with its N-rank plan and with its 1-rank plan on the same\n"
+    "seeded random data, assembles the N-rank shards and compares output, dX,\n"
+    "dW and dbias: N ranks vs 1 rank (bitwise where the arithmetic is the same,\n"
+    "else within a tolerance), and each against a float64 reference of the\n"
+    "unquantized math. Over K steps, delayed-scaling scales and amax histories\n"
+    "must be identical on all ranks and equal to the 1-rank run's.\n"
+    "Prints a table: layer, check, max abs diff, rel err, tolerance, result.\n"
+    "Tolerances and rules: docs/verify.md.\n"
+    "\n"
+    "  --ranks N      tensor-parallel size (default: each layer's tensor_parallel)\n"
+    "  --tokens M     tokens of a step (default 256; must divide by N under\n"
+    "                 sequence parallelism)\n"
+    "  --steps K      training steps (default 1)\n"
+    "  --seed S       random data seed (default 1)\n"
+    "  --backend B    gloo (default, TCP over loopback) or inproc\n"
+    "  --layer L      only layer L\n"
+    "  --json         JSON instead of the table\n"
+    "  --force        run layers above 2e10 GEMM FLOPs per step (slow on CPU)\n"
+    "\n"
+    "Exit status: 0 every check passed, 1 a check failed or the spec cannot be\n"
+    "verified as asked, 2 usage error.\n";
+
+bool parse_number(const std::string& text, std::uint64_t& value, bool allow_zero = false) {
+  if (text.empty() || text.size() > 12) return false;
+  value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  return allow_zero || value > 0;
+}
+
+int run_verify(const Args& args) {
+  std::string file;
+  cpu::VerifyOptions options;
+  bool json = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--json") {
+      json = true;
+    } else if (a == "--force") {
+      options.force = true;
+    } else if (a == "--layer" || a == "--backend") {
+      if (i + 1 >= args.size()) return usage_error("verify", a + " needs a value");
+      const std::string v = args[++i];
+      if (a == "--layer") {
+        options.layer = v;
+      } else if (v == "gloo") {
+        options.executor.backend = collectives::Backend::kGloo;
+      } else if (v == "inproc") {
+        options.executor.backend = collectives::Backend::kInProcess;
+      } else {
+        return usage_error("verify", "--backend must be gloo or inproc, not '" + v + "'");
+      }
+    } else if (a == "--ranks" || a == "--tokens" || a == "--steps" || a == "--seed") {
+      std::uint64_t n = 0;
+      if (i + 1 >= args.size() || !parse_number(args[i + 1], n, a == "--seed"))
+        return usage_error("verify", a + " needs a positive integer");
+      ++i;
+      if (a == "--ranks") {
+        if (n > 1024) return usage_error("verify", "--ranks is too large for CPU ranks");
+        options.ranks = static_cast<std::uint32_t>(n);
+      } else if (a == "--tokens") {
+        options.tokens = n;
+      } else if (a == "--steps") {
+        if (n > 10000) return usage_error("verify", "--steps is too large");
+        options.steps = static_cast<std::uint32_t>(n);
+      } else {
+        options.seed = n;
+      }
+    } else if (a.size() > 1 && a[0] == '-') {
+      return usage_error("verify", "unknown option '" + a + "'");
+    } else if (file.empty()) {
+      file = a;
+    } else {
+      return usage_error("verify", "more than one file given");
+    }
+  }
+  if (file.empty()) return usage_error("verify", "no file given");
+  Spec spec;
+  try {
+    spec = load_spec(file);
+  } catch (const std::exception& e) {
+    std::cerr << e.what();
+    return 1;
+  }
+  cpu::VerifyReport report;
+  try {
+    report = cpu::verify_spec(spec, options);
+  } catch (const PlanError& e) {
+    std::cerr << "fp8c verify: " << file << ": " << e.what() << "\n";
+    return 1;
+  } catch (const cpu::VerifyError& e) {
+    std::cerr << "fp8c verify: " << file << ": " << e.what() << "\n";
+    return 1;
+  }
+  if (json) {
+    std::cout << cpu::report_to_json(report);
+  } else {
+    std::cout << cpu::format_report(report);
+    const auto& t = cpu::tolerances();
+    std::cout << "\nfloat64 bounds (rel): e4m3 GEMM " << t.e4m3 << ", e5m2 GEMM " << t.e5m2
+              << ", high precision " << t.high_precision << "; N vs 1 rank where a reduction "
+              << "order differs: " << t.reduction << " (see docs/verify.md)\n";
+  }
+  const std::size_t failed = static_cast<std::size_t>(std::count_if(
+      report.checks.begin(), report.checks.end(), [](const auto& c) { return !c.pass; }));
+  if (failed > 0) {
+    std::cerr << "fp8c verify: " << file << ": " << failed << " of " << report.checks.size()
+              << " checks failed\n";
+    return 1;
+  }
+  if (!json)
+    std::cout << "fp8c verify: " << file << ": all " << report.checks.size() << " checks passed\n";
+  return 0;
+}
+
+}  // namespace
+
+const std::vector<Command>& verify_commands() {
+  static const std::vector<Command> commands = {
+      {"verify", "run N-rank and 1-rank plans on CPU ranks and compare (the oracle)", kVerifyHelp,
+       run_verify},
+  };
+  return commands;
+}
+
+}  // namespace fp8c::tools
