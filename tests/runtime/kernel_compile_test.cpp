@@ -24,6 +24,10 @@ TEST(KernelCompile, EveryQuantizeVariantCompilesWithoutSpills) {
         << k.name() << " must be self-contained";
   }
   sources.push_back(emit_cuda_dbias_reduce());
+  for (const auto& k : testing::block_quantize_variants()) {
+    sources.push_back(emit_cuda(k));
+    EXPECT_TRUE(names.insert(k.name()).second) << "two variants named " << k.name();
+  }
   const auto dir = std::filesystem::temp_directory_path() / "fp8c-kernel-compile-test";
   std::filesystem::remove_all(dir);
   const Jit jit("sm_90a", CubinCache(dir.string()));

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "codegen/kernels/block_quantize.hpp"
 #include "codegen/kernels/quantize.hpp"
 
 namespace fp8c::testing {
@@ -33,6 +34,36 @@ inline std::vector<QuantizeKernel> quantize_variants() {
     k.dact = act;
     all.push_back(k);
   }
+  return all;
+}
+
+inline std::vector<BlockQuantizeKernel> block_quantize_variants() {
+  std::vector<BlockQuantizeKernel> all;
+  for (Fp8Format format : {Fp8Format::e4m3, Fp8Format::e5m2})
+    for (Scaling scaling : {Scaling::block_1x128, Scaling::block_128x128, Scaling::mx_1x32})
+      for (int usage = 1; usage <= 3; ++usage) {
+        BlockQuantizeKernel k;
+        k.format = format;
+        k.scaling = scaling;
+        k.rowwise = usage & 1;
+        k.columnwise = usage & 2;
+        all.push_back(k);
+      }
+  for (Scaling scaling : {Scaling::block_1x128, Scaling::block_128x128}) {
+    BlockQuantizeKernel k;
+    k.scaling = scaling;
+    k.columnwise = true;
+    k.pow2 = true;
+    all.push_back(k);
+  }
+  for (ElemType input : {ElemType::fp16, ElemType::fp32})
+    for (Scaling scaling : {Scaling::block_1x128, Scaling::mx_1x32}) {
+      BlockQuantizeKernel k;
+      k.input = input;
+      k.scaling = scaling;
+      k.columnwise = true;
+      all.push_back(k);
+    }
   return all;
 }
 

@@ -1,0 +1,52 @@
+// Block-scaled FP8 quantization: what one kernel computes.
+//
+// Input: a high-precision [rows, cols] tensor (logical order). Output: the
+// FP8 data in the usages asked for, each with its own scales, because a block
+// format cannot derive one usage from the other:
+//   rowwise     data [rows][cols],  blocks along cols
+//   columnwise  data [cols][rows],  blocks along rows
+// Block shapes (in the usage's physical order, outer x inner):
+//   block_1x128    1 x 128, scale_inv as fp32: rowwise [rows][ceil(cols/128)],
+//                  columnwise [cols][ceil(rows/128)]
+//   block_128x128  128 x 128 (weights), fp32: rowwise [ceil(rows/128)][ceil(cols/128)],
+//                  columnwise [ceil(cols/128)][ceil(rows/128)]
+//   mx_1x32        1 x 32, E8M0 codes: rowwise [rows][ceil(cols/32)],
+//                  columnwise [cols][ceil(rows/32)]
+// A block at the edge of a dim that is not a multiple of its size is partial:
+// its amax covers only the elements that exist. Per block:
+//   blockwise: s = numerics::blockwise_scale(amax, format, pow2), stored as 1/s
+//   mxfp8:     code = numerics::mx_block_scale(amax, format, round_up), s = 2^(127 - code)
+//   element    = fp8(v * s), round to nearest even, saturating.
+// This is runtime/cpu's convention, and the CPU reference's.
+#pragma once
+
+#include <string>
+
+#include "codegen/kernels/kernel_source.hpp"
+#include "codegen/plan.hpp"
+#include "fp8c/spec.hpp"
+
+namespace fp8c {
+
+struct BlockQuantizeKernel {
+  ElemType input = ElemType::bf16;
+  Fp8Format format = Fp8Format::e4m3;
+  Scaling scaling = Scaling::block_1x128;  // block_1x128, block_128x128 or mx_1x32
+  bool rowwise = true;
+  bool columnwise = false;
+  bool pow2 = false;  // blockwise only: scales rounded down to powers of two
+
+  std::string name() const;
+  bool operator==(const BlockQuantizeKernel&) const = default;
+};
+
+// One block of 256 threads per 128 x 128 tile; grid ceil(cols / 128) x ceil(rows / 128).
+// The tile is staged in dynamic shared memory (kBlockQuantizeSharedBytes).
+inline constexpr int kBlockQuantizeThreads = 256;
+inline constexpr int kBlockQuantizeSharedBytes = 128 * 129 * 4;
+
+// Arguments: const IN* x, u8* rowwise, void* rowwise_scales, u8* columnwise,
+// void* columnwise_scales, int rows, int cols.
+KernelSource emit_cuda(const BlockQuantizeKernel& kernel);
+
+}  // namespace fp8c
