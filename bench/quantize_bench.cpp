@@ -106,6 +106,26 @@ int main(int argc, char** argv) {
     Stream stream;
 
     std::vector<Result> results;
+    // Warm-up, then `iters` runs timed with events, each preceded (outside
+    // the timed region) by `prepare`; inputs rotate over the buffers.
+    const auto time_runs = [&](Result& r, const auto& prepare, const auto& run,
+                               double actual_bytes_per_element) {
+      for (int w = 0; w < 10; ++w) run(w % kBuffers);
+      std::vector<double> us;
+      Event start, stop;
+      for (int i = 0; i < iters; ++i) {
+        prepare(i);
+        start.record(stream.get());
+        run(i % kBuffers);
+        stop.record(stream.get());
+        stop.synchronize();
+        us.push_back(1000.0 * stop.since(start));
+      }
+      r.median_us = median(us);
+      r.min_us = *std::min_element(us.begin(), us.end());
+      r.effective_tbps = 4.0 * n / (r.median_us * 1e-6) / 1e12;
+      r.actual_tbps = actual_bytes_per_element * n / (r.median_us * 1e-6) / 1e12;
+    };
     const auto time_case = [&](const std::string& name, const std::vector<QuantizeKernel>& kernels,
                                double actual_bytes_per_element) {
       if (!only.empty() && name != only) return;
@@ -162,22 +182,14 @@ int main(int argc, char** argv) {
         }
         if (!r.verified) std::cerr << name << ": rowwise output differs from the CPU reference\n";
       }
-      for (int w = 0; w < 10; ++w) run(w % kBuffers);
-      std::vector<double> us;
-      Event start, stop;
-      for (int i = 0; i < iters; ++i) {
-        amax.fill(0, stream.get());
-        amax_in.fill(0, stream.get());
-        start.record(stream.get());
-        run(i % kBuffers);
-        stop.record(stream.get());
-        stop.synchronize();
-        us.push_back(1000.0 * stop.since(start));
-      }
-      r.median_us = median(us);
-      r.min_us = *std::min_element(us.begin(), us.end());
-      r.effective_tbps = 4.0 * n / (r.median_us * 1e-6) / 1e12;
-      r.actual_tbps = actual_bytes_per_element * n / (r.median_us * 1e-6) / 1e12;
+      time_runs(
+          r,
+          [&](int i) {
+            amax.fill(0, stream.get());
+            amax_in.fill(0, stream.get());
+            return i;
+          },
+          run, actual_bytes_per_element);
       results.push_back(r);
     };
 
@@ -250,20 +262,8 @@ int main(int argc, char** argv) {
         r.verified = got == want.rowwise && got_col == want.columnwise;
         if (!r.verified) std::cerr << name << ": output differs from the CPU reference\n";
       }
-      for (int w = 0; w < 10; ++w) run(w % kBuffers);
-      std::vector<double> us;
-      Event start, stop;
-      for (int i = 0; i < iters; ++i) {
-        start.record(stream.get());
-        run(i % kBuffers);
-        stop.record(stream.get());
-        stop.synchronize();
-        us.push_back(1000.0 * stop.since(start));
-      }
-      r.median_us = median(us);
-      r.min_us = *std::min_element(us.begin(), us.end());
-      r.effective_tbps = 4.0 * n / (r.median_us * 1e-6) / 1e12;
-      r.actual_tbps = r.effective_tbps;  // scales add under 1%
+      time_runs(
+          r, [](int i) { return i; }, run, 4.0);  // scales add under 1%
       results.push_back(r);
     };
     BlockQuantizeKernel block_1x128;
