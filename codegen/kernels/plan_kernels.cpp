@@ -9,7 +9,7 @@ bool is_high_precision(ElemType t) {
   return t == ElemType::bf16 || t == ElemType::fp16 || t == ElemType::fp32;
 }
 
-void add(PlanKernels& into, const QuantizeKernel& k, std::string use) {
+void add(PlanKernels& into, const GeneratedKernel& k, std::string use) {
   for (auto& p : into.kernels) {
     if (p.kernel == k) {
       p.used_by.push_back(std::move(use));
@@ -17,6 +17,27 @@ void add(PlanKernels& into, const QuantizeKernel& k, std::string use) {
     }
   }
   into.kernels.push_back({k, {std::move(use)}});
+}
+
+// The FP8 format an amax (or its reduced copy, "<t>.amax.reduced") scales:
+// that of the FP8 tensor "<t>.fp8.row" or "<t>.fp8.col" of the same layer.
+Fp8Format amax_format(const LayerPlan& plan, const Tensor& amax, const Layer& layer) {
+  std::string base = amax.name;
+  base = base.substr(0, base.find(".amax"));
+  for (const char* usage : {".fp8.row", ".fp8.col"})
+    if (const Tensor* t = plan.find(base + usage))
+      return t->type == ElemType::e5m2 ? Fp8Format::e5m2 : Fp8Format::e4m3;
+  return layer.recipe.forward;
+}
+
+// A scale_update step: one kernel for all of the step's tensors.
+ScaleUpdateKernel scale_update_kernel(const LayerPlan& plan, const Step& s, const Layer& layer) {
+  ScaleUpdateKernel k;
+  for (int id : s.inputs) k.formats.push_back(amax_format(plan, plan.tensor(id), layer));
+  k.history_length = layer.recipe.history;
+  k.margin = static_cast<int>(layer.recipe.margin);
+  k.rule = layer.recipe.amax;
+  return k;
 }
 
 }  // namespace
@@ -28,10 +49,22 @@ void collect_kernels(const LayerPlan& plan, const Layer& layer, PlanKernels& int
       const std::string use = plan.layer + " " + pass + " step " + std::to_string(i) + " (" +
                               std::string(to_string(s.kind)) + " " +
                               (s.inputs.empty() ? "" : plan.tensor(s.inputs[0]).name) + ")";
+      if (s.kind == StepKind::transpose) {
+        add(into, {TransposeKernel{}}, use);
+        continue;
+      }
+      if (s.kind == StepKind::permute) {
+        // The data and, for block scaling, its segmented scales.
+        for (int id : s.inputs)
+          add(into, {PermuteKernel{static_cast<int>(element_bytes(plan.tensor(id).type))}}, use);
+        continue;
+      }
+      if (s.kind == StepKind::scale_update) {
+        add(into, {scale_update_kernel(plan, s, layer)}, use);
+        continue;
+      }
       if (s.kind != StepKind::quantize && s.kind != StepKind::amax) {
-        if (s.kind == StepKind::transpose || s.kind == StepKind::permute ||
-            s.kind == StepKind::dequantize || s.kind == StepKind::scale_update ||
-            s.kind == StepKind::epilogue)
+        if (s.kind == StepKind::dequantize || s.kind == StepKind::epilogue)
           into.not_generated.push_back(use);
         continue;
       }
@@ -43,7 +76,7 @@ void collect_kernels(const LayerPlan& plan, const Layer& layer, PlanKernels& int
       if (s.kind == StepKind::amax) {
         k.rowwise = false;
         k.amax = true;
-        add(into, k, use);
+        add(into, {k}, use);
         continue;
       }
       const Tensor* fp8 = nullptr;
@@ -61,12 +94,20 @@ void collect_kernels(const LayerPlan& plan, const Layer& layer, PlanKernels& int
       k.dbias = s.fused_dbias;
       k.scale_from_amax = layer.recipe.kind == RecipeKind::current;
       k.pow2_scale = k.scale_from_amax && layer.recipe.scale == ScaleForm::pow2;
-      add(into, k, use);
+      add(into, {k}, use);
     }
   };
   walk(plan.forward, "forward");
   walk(plan.backward, "backward");
   walk(plan.update, "update");
+}
+
+std::string GeneratedKernel::name() const {
+  return std::visit([](const auto& k) { return k.name(); }, description);
+}
+
+KernelSource emit_cuda(const GeneratedKernel& kernel) {
+  return std::visit([](const auto& k) { return emit_cuda(k); }, kernel.description);
 }
 
 PlanKernels kernels_for(const Plan& plan, const Spec& spec) {

@@ -1,21 +1,36 @@
 // Which generated kernels a Plan needs: each quantize and amax step of a
-// layer becomes a kernel description, fused as the step says. Identical
+// layer becomes a kernel description, fused as the step says; transpose,
+// permute and scale_update steps become their own kernels. Identical
 // descriptions (the same variant needed by several steps or layers) are
 // listed once. Steps whose generator does not exist yet are listed too, so
 // `fp8c compile` says plainly what it cannot build.
 #pragma once
 
 #include <string>
+#include <variant>
 #include <vector>
 
+#include "codegen/kernels/permute.hpp"
 #include "codegen/kernels/quantize.hpp"
+#include "codegen/kernels/scale_update.hpp"
+#include "codegen/kernels/transpose.hpp"
 #include "codegen/plan.hpp"
 #include "fp8c/spec.hpp"
 
 namespace fp8c {
 
+// Any kernel description a plan step can need.
+struct GeneratedKernel {
+  std::variant<QuantizeKernel, TransposeKernel, PermuteKernel, ScaleUpdateKernel> description;
+
+  std::string name() const;
+  bool operator==(const GeneratedKernel&) const = default;
+};
+
+KernelSource emit_cuda(const GeneratedKernel& kernel);
+
 struct PlannedKernel {
-  QuantizeKernel kernel;
+  GeneratedKernel kernel;
   std::vector<std::string> used_by;  // "fc1 forward step 2 (quantize fc1.x)", ...
 };
 

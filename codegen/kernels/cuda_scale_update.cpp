@@ -1,0 +1,113 @@
+// The CUDA C++ printer for ScaleUpdateKernel.
+//
+// Block k owns tensor k. The history moves one slot down in chunks of 256,
+// the last chunk first: a chunk reads its old values, waits, then writes
+// them one slot on, which only overwrites the first slot of the chunk after
+// it, already read. The amax over the new window is a max of |x| bits
+// (NaN sorts above Inf, so it wins), reduced across the block. Thread 0
+// then does the scalar part. The constant fp8_max * 2^-margin is computed
+// here on the host with the CPU numerics' own ldexp and printed as bits, so
+// both sides divide the same float.
+
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+#include "codegen/kernels/cuda_prelude.hpp"
+#include "codegen/kernels/scale_update.hpp"
+
+namespace fp8c {
+namespace {
+
+float fp8_max(Fp8Format f) {
+  return f == Fp8Format::e4m3 ? 448.0f : 57344.0f;
+}
+
+std::string hex_bits(float x) {
+  char buffer[16];
+  std::snprintf(buffer, sizeof buffer, "0x%08Xu", std::bit_cast<std::uint32_t>(x));
+  return buffer;
+}
+
+}  // namespace
+
+std::string ScaleUpdateKernel::name() const {
+  std::string n = "scale_update_" + std::to_string(formats.size()) + "_h" +
+                  std::to_string(history_length) + "_m" +
+                  (margin < 0 ? "n" + std::to_string(-margin) : std::to_string(margin)) +
+                  (rule == AmaxAlgo::max ? "_max_" : "_recent_");
+  for (Fp8Format f : formats) n += f == Fp8Format::e4m3 ? '4' : '5';
+  return n;
+}
+
+KernelSource emit_cuda(const ScaleUpdateKernel& k) {
+  if (k.formats.empty()) throw std::invalid_argument("scale update: no tensors");
+  if (k.history_length == 0) throw std::invalid_argument("scale update: empty history");
+  if (k.margin < -100 || k.margin > 100)
+    throw std::invalid_argument("scale update: |margin| must be at most 100");
+  std::string s = cuda_prelude();
+  s += "#define HISTORY " + std::to_string(k.history_length) + "\n";
+  s += "#define RULE_MAX " + std::string(k.rule == AmaxAlgo::max ? "true" : "false") + "\n";
+  s += "// fp8_max * 2^-margin per tensor, as float bits\n";
+  s += "__device__ const u32 kScaledMaxBits[" + std::to_string(k.formats.size()) + "] = {";
+  for (std::size_t i = 0; i < k.formats.size(); ++i)
+    s += (i ? ", " : "") + hex_bits(std::ldexp(fp8_max(k.formats[i]), -k.margin));
+  s += "};\n";
+  s += R"(
+// IEEE round-to-nearest division without flushing subnormals, immune to
+// -use_fast_math, -prec-div and -ftz.
+__device__ __forceinline__ float div_rn(float a, float b) {
+  float q;
+  asm("div.rn.f32 %0, %1, %2;" : "=f"(q) : "f"(a), "f"(b));
+  return q;
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+)";
+  s += k.name();
+  s += R"((float* __restrict__ history, const float* __restrict__ amax_in,
+     const float* previous_scale, float* scale_out, float* __restrict__ scale_inv_out) {
+  __shared__ u32 reduce32[32];
+  const int tensor = blockIdx.x, t = threadIdx.x;
+  float* h = history + (long long)tensor * HISTORY;
+  const float newest = amax_in[tensor];
+  u32 amax_bits = 0;
+  for (int base = (HISTORY - 1) / 256 * 256; base >= 0; base -= 256) {
+    const int i = base + t;
+    const float old = i < HISTORY ? h[i] : 0.0f;
+    __syncthreads();
+    if (i + 1 < HISTORY) {
+      h[i + 1] = old;
+      amax_bits = max(amax_bits, abs_bits(old));
+    }
+    __syncthreads();
+  }
+  if (t == 0) {
+    h[0] = newest;
+    amax_bits = max(amax_bits, abs_bits(newest));
+  }
+#if RULE_MAX
+  amax_bits = block_max_u32(amax_bits, reduce32);
+  const float amax = __uint_as_float(amax_bits);
+#else
+  const float amax = newest;  // as is: a negative one keeps the previous scale
+#endif
+  if (t != 0) return;
+  const float previous = previous_scale[tensor];
+  float scale = previous;
+  // Positive, finite and nonzero, tested on the bits so that a subnormal amax
+  // counts even under -ftz (it gives a huge scale, as on the CPU).
+  const u32 bits = __float_as_uint(amax);
+  if (bits != 0u && bits < 0x7F800000u) {
+    scale = div_rn(__uint_as_float(kScaledMaxBits[tensor]), amax);
+    if (scale == __int_as_float(0x7F800000)) scale = __int_as_float(0x7F7FFFFF);
+  }
+  scale_out[tensor] = scale;
+  scale_inv_out[tensor] = div_rn(1.0f, scale);
+}
+)";
+  return {k.name(), k.name(), std::move(s), {}};
+}
+
+}  // namespace fp8c

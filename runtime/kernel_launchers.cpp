@@ -1,0 +1,63 @@
+#include "runtime/kernel_launchers.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace fp8c::runtime {
+
+LoadedKernel::LoadedKernel(const Jit& jit, const KernelSource& source)
+    : compiled_(jit.compile(source)),
+      module_(compiled_.cubin),
+      function_(module_.function(compiled_.entry)) {}
+
+TransposeLauncher::TransposeLauncher(const Jit& jit, const TransposeKernel& kernel)
+    : loaded_(jit, emit_cuda(kernel)) {}
+
+void TransposeLauncher::launch(CUdeviceptr in, CUdeviceptr out, int rows, int cols,
+                               CUstream stream) const {
+  if (rows < 0 || cols < 0) throw std::invalid_argument("transpose: negative shape");
+  if (rows == 0 || cols == 0) return;
+  if (in == 0 || out == 0) throw std::invalid_argument("transpose: null buffer");
+  void* args[] = {&in, &out, &rows, &cols};
+  LaunchShape shape;
+  shape.grid[0] = static_cast<unsigned>((cols + kTransposeTile - 1) / kTransposeTile);
+  shape.grid[1] = static_cast<unsigned>((rows + kTransposeTile - 1) / kTransposeTile);
+  shape.block[0] = kTransposeThreads;
+  runtime::launch(loaded_.function(), shape, stream, args);
+}
+
+PermuteLauncher::PermuteLauncher(const Jit& jit, const PermuteKernel& kernel)
+    : kernel_(kernel), loaded_(jit, emit_cuda(kernel)) {}
+
+void PermuteLauncher::launch(CUdeviceptr in, CUdeviceptr out, int ranks, int outer,
+                             std::int64_t inner_local, CUstream stream) const {
+  if (ranks < 1 || outer < 0 || inner_local < 0) throw std::invalid_argument("permute: bad shape");
+  if (outer == 0 || inner_local == 0) return;
+  // The kernel counts a row's units in 32 bits.
+  if (static_cast<std::int64_t>(ranks) * inner_local * kernel_.element_bytes > 0xFFFFFFFFll)
+    throw std::invalid_argument("permute: an output row of 4 GiB or more");
+  if (in == 0 || out == 0) throw std::invalid_argument("permute: null buffer");
+  long long inner = inner_local;
+  void* args[] = {&in, &out, &ranks, &outer, &inner};
+  LaunchShape shape;
+  shape.grid[0] = static_cast<unsigned>(outer);
+  shape.block[0] = kPermuteThreads;
+  runtime::launch(loaded_.function(), shape, stream, args);
+}
+
+ScaleUpdateLauncher::ScaleUpdateLauncher(const Jit& jit, const ScaleUpdateKernel& kernel)
+    : kernel_(kernel), loaded_(jit, emit_cuda(kernel)) {}
+
+void ScaleUpdateLauncher::launch(const ScaleUpdateArgs& a, CUstream stream) const {
+  if (!a.history || !a.amax || !a.previous_scale || !a.scale || !a.scale_inv)
+    throw std::invalid_argument(kernel_.name() + ": null buffer");
+  void* args[] = {const_cast<CUdeviceptr*>(&a.history), const_cast<CUdeviceptr*>(&a.amax),
+                  const_cast<CUdeviceptr*>(&a.previous_scale), const_cast<CUdeviceptr*>(&a.scale),
+                  const_cast<CUdeviceptr*>(&a.scale_inv)};
+  LaunchShape shape;
+  shape.grid[0] = static_cast<unsigned>(kernel_.tensors());
+  shape.block[0] = kScaleUpdateThreads;
+  runtime::launch(loaded_.function(), shape, stream, args);
+}
+
+}  // namespace fp8c::runtime

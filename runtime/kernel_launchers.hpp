@@ -1,0 +1,74 @@
+// Compiled, loaded TransposeKernel, PermuteKernel and ScaleUpdateKernel and
+// how to launch them; shared by the executor, the GPU tests and benchmarks.
+// All pointers are device pointers.
+#pragma once
+
+#include <cstdint>
+
+#include "codegen/kernels/permute.hpp"
+#include "codegen/kernels/scale_update.hpp"
+#include "codegen/kernels/transpose.hpp"
+#include "runtime/device.hpp"
+#include "runtime/jit.hpp"
+
+namespace fp8c::runtime {
+
+// A kernel compiled and loaded into the current context.
+class LoadedKernel {
+ public:
+  LoadedKernel(const Jit& jit, const KernelSource& source);
+  const CompiledKernel& compiled() const { return compiled_; }
+  CUfunction function() const { return function_; }
+
+ private:
+  CompiledKernel compiled_;
+  Module module_;
+  CUfunction function_;
+};
+
+class TransposeLauncher {
+ public:
+  explicit TransposeLauncher(const Jit& jit, const TransposeKernel& kernel = {});
+  const CompiledKernel& compiled() const { return loaded_.compiled(); }
+  // out ([cols, rows] bytes) = transpose of in ([rows, cols] bytes).
+  void launch(CUdeviceptr in, CUdeviceptr out, int rows, int cols, CUstream stream) const;
+
+ private:
+  LoadedKernel loaded_;
+};
+
+class PermuteLauncher {
+ public:
+  PermuteLauncher(const Jit& jit, const PermuteKernel& kernel);
+  const PermuteKernel& kernel() const { return kernel_; }
+  const CompiledKernel& compiled() const { return loaded_.compiled(); }
+  // out [outer][ranks * inner_local] from in [ranks][outer][inner_local] (elements).
+  void launch(CUdeviceptr in, CUdeviceptr out, int ranks, int outer, std::int64_t inner_local,
+              CUstream stream) const;
+
+ private:
+  PermuteKernel kernel_;
+  LoadedKernel loaded_;
+};
+
+struct ScaleUpdateArgs {
+  CUdeviceptr history = 0;         // [tensors][history_length] floats, updated in place
+  CUdeviceptr amax = 0;            // [tensors] floats, already MAX-reduced over the group
+  CUdeviceptr previous_scale = 0;  // [tensors]; may equal scale
+  CUdeviceptr scale = 0;           // [tensors]
+  CUdeviceptr scale_inv = 0;       // [tensors]
+};
+
+class ScaleUpdateLauncher {
+ public:
+  ScaleUpdateLauncher(const Jit& jit, const ScaleUpdateKernel& kernel);
+  const ScaleUpdateKernel& kernel() const { return kernel_; }
+  const CompiledKernel& compiled() const { return loaded_.compiled(); }
+  void launch(const ScaleUpdateArgs& args, CUstream stream) const;
+
+ private:
+  ScaleUpdateKernel kernel_;
+  LoadedKernel loaded_;
+};
+
+}  // namespace fp8c::runtime

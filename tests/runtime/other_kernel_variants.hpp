@@ -1,0 +1,29 @@
+// The transpose, permute and scale-update kernel variants the tests cover.
+#pragma once
+
+#include <vector>
+
+#include "codegen/kernels/plan_kernels.hpp"
+
+namespace fp8c::testing {
+
+inline std::vector<ScaleUpdateKernel> scale_update_variants() {
+  std::vector<ScaleUpdateKernel> all;
+  const std::vector<Fp8Format> mixed = {Fp8Format::e4m3, Fp8Format::e4m3, Fp8Format::e5m2,
+                                        Fp8Format::e4m3, Fp8Format::e5m2};
+  for (AmaxAlgo rule : {AmaxAlgo::max, AmaxAlgo::most_recent})
+    for (std::uint32_t history : {1u, 16u, 300u, 1024u})
+      for (int margin : {0, 3, -2}) all.push_back({mixed, history, margin, rule});
+  all.push_back({{Fp8Format::e5m2}, 1024, 100, AmaxAlgo::max});
+  all.push_back({{Fp8Format::e4m3}, 513, -100, AmaxAlgo::max});
+  return all;
+}
+
+inline std::vector<GeneratedKernel> other_kernel_variants() {
+  std::vector<GeneratedKernel> all = {
+      {TransposeKernel{}}, {PermuteKernel{1}}, {PermuteKernel{2}}, {PermuteKernel{4}}};
+  for (const auto& k : scale_update_variants()) all.push_back({k});
+  return all;
+}
+
+}  // namespace fp8c::testing
