@@ -56,8 +56,9 @@ std::vector<float> shard(const std::vector<float>& global, std::uint64_t g1,
 class RankExecutor {
  public:
   RankExecutor(const Layer& layer, const LayerPlan& plan, coll::Communicator& comm,
-               LayerState& state, int skip_collective)
-      : layer_(layer),
+               LayerState& state, int skip_collective, const std::vector<std::string>& capture)
+      : capture_(capture),
+        layer_(layer),
         plan_(plan),
         comm_(comm),
         state_(state),
@@ -151,6 +152,12 @@ class RankExecutor {
 
   void quantize(const Step& s, ExecutedStep& e) {
     const std::vector<float> v = quantize_source(s);
+    // nan = error: fail the step (before any state changes) instead of
+    // carrying NaN into the FP8 data.
+    if (layer_.recipe.nan == NanPolicy::error &&
+        std::any_of(v.begin(), v.end(), [](float x) { return x != x; }))
+      throw ExecutorError("cpu executor: layer '" + layer_.name + "': NaN in " +
+                          plan_.tensor(s.inputs[0]).name + " (recipe nan = error)");
     const Tensor* first_fp8 = nullptr;
     for (int id : s.outputs)
       if (plan_.tensor(id).is_fp8()) first_fp8 = first_fp8 ? first_fp8 : &plan_.tensor(id);
@@ -425,9 +432,22 @@ class RankExecutor {
     take("db.reduced", r.db, r.db_dims);
     r.state = state_;
     r.executed = std::move(executed_);
+    for (const auto& name : capture_) {
+      const Tensor* t = plan_.find(name);
+      if (!t || !store_.written(t->id)) continue;
+      auto& c = r.captured[name];
+      const auto b = store_.bytes(t->id);
+      c.bytes.assign(b.begin(), b.end());
+      if (t->is_fp8())
+        c.logical = decode(store_, t->id, true);
+      else if (t->type != ElemType::e8m0 && t->scaling == Scaling::none && !t->segmented &&
+               t->usage == Usage::rowwise)
+        c.logical = store_.read_hp(t->id);
+    }
     return r;
   }
 
+  const std::vector<std::string>& capture_;
   const Layer& layer_;
   const LayerPlan& plan_;
   coll::Communicator& comm_;
@@ -463,12 +483,13 @@ LayerState initial_state(const Layer&) {
 
 RankStepResult execute_layer_step(const Layer& layer, const LayerPlan& plan,
                                   coll::Communicator& comm, const LayerData& data,
-                                  LayerState& state, int skip_collective) {
+                                  LayerState& state, int skip_collective,
+                                  const std::vector<std::string>& capture) {
   if (static_cast<std::uint32_t>(comm.size()) != plan.ranks)
     throw ExecutorError("cpu executor: plan of layer '" + plan.layer + "' is for " +
                         std::to_string(plan.ranks) + " ranks, the group has " +
                         std::to_string(comm.size()));
-  return RankExecutor(layer, plan, comm, state, skip_collective).run(data);
+  return RankExecutor(layer, plan, comm, state, skip_collective, capture).run(data);
 }
 
 std::vector<std::vector<RankStepResult>> run_layer(const Layer& layer, const LayerPlan& plan,
@@ -489,7 +510,8 @@ std::vector<std::vector<RankStepResult>> run_layer(const Layer& layer, const Lay
     auto& mine = results[static_cast<std::size_t>(comm.rank())];
     for (std::size_t i = 0; i < steps.size(); ++i)
       mine.push_back(execute_layer_step(layer, plan, comm, steps[i], state,
-                                        i == 0 ? options.skip_collective_on_rank : -1));
+                                        i == 0 ? options.skip_collective_on_rank : -1,
+                                        options.capture));
   });
   // Prefer the root cause: a collective error over a peer's follow-up.
   std::exception_ptr first;

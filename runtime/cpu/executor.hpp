@@ -68,6 +68,14 @@ struct RankStepResult {
   std::array<Dim, 2> y_dims, dx_dims, dw_dims, db_dims;
   LayerState state;  // after the update pass
   std::vector<ExecutedStep> executed;
+  // Tensors named in ExecutorOptions::capture, as they were at the end of
+  // the step: raw bytes as stored (segments and all) and, for FP8 data and
+  // high-precision tensors, logical values (dequantized with their scales).
+  struct Captured {
+    std::vector<std::uint8_t> bytes;
+    std::vector<float> logical;
+  };
+  std::map<std::string, Captured> captured;
 };
 
 struct ExecutorOptions {
@@ -78,6 +86,8 @@ struct ExecutorOptions {
   bool skip_plan_check = false;
   // Fault injection for tests: this rank skips its first collective.
   int skip_collective_on_rank = -1;
+  // Full tensor names (e.g. "l.x.fp8.col.gathered") to return per step.
+  std::vector<std::string> capture;
 };
 
 class ExecutorError : public std::runtime_error {
@@ -96,6 +106,7 @@ std::vector<std::vector<RankStepResult>> run_layer(const Layer& layer, const Lay
 // One step on one rank with a communicator the caller owns.
 RankStepResult execute_layer_step(const Layer& layer, const LayerPlan& plan,
                                   collectives::Communicator& comm, const LayerData& data,
-                                  LayerState& state, int skip_collective = -1);
+                                  LayerState& state, int skip_collective = -1,
+                                  const std::vector<std::string>& capture = {});
 
 }  // namespace fp8c::cpu

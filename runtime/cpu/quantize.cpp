@@ -55,21 +55,21 @@ struct Layout {
   }
 };
 
-// Which block (physical block row, block column) an element belongs to, for
-// a scale tensor laid out as the plan says. A scale tensor gathered from
-// ranks holds each rank's blocks of its own segment: its inner block count is
-// ranks * ceil(segment / block) rather than ceil(inner / block).
+// Which block (physical block row, block column) an element belongs to.
+// Data gathered along its inner dim holds each rank's blocks of its own
+// segment: segment / block (rounded up) blocks per rank, whether or not the
+// segments are still apart (segmented) or already permuted together.
 struct BlockMap {
   BlockShape shape;
   Layout scales;
   std::size_t data_segment = 0;  // 0: blocks run over the whole inner dim
   std::size_t blocks_per_segment = 0;
 
-  BlockMap(const Tensor& data, const Tensor& scale, std::uint32_t ranks)
-      : shape(block_shape(data.scaling)), scales(scale, ranks) {
-    const Layout d(data, ranks);
-    if (scales.inner != (d.inner + shape.inner - 1) / shape.inner) {
-      data_segment = d.inner / ranks;
+  BlockMap(const TensorStore& store, const Tensor& data, const Tensor& scale)
+      : shape(block_shape(data.scaling)), scales(scale, store.plan().ranks) {
+    const std::uint32_t ranks = store.plan().ranks;
+    if (store.gathered_inner(data.id) && ranks > 1) {
+      data_segment = Layout(data, ranks).inner / ranks;
       blocks_per_segment = scales.inner / ranks;
     }
   }
@@ -178,7 +178,7 @@ std::vector<float> decode(const TensorStore& store, int id, bool apply_tensor_sc
     return out;
   }
   const Tensor& st = store.tensor(t.scale);
-  const BlockMap blocks(t, st, store.plan().ranks);
+  const BlockMap blocks(store, t, st);
   for (std::size_t o = 0; o < L.outer; ++o)
     for (std::size_t n = 0; n < L.inner; ++n)
       at(o, n) = numerics::fp8_to_float(data[L.index(o, n)], fmt) *

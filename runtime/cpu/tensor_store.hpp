@@ -32,12 +32,17 @@ class TensorStore {
   // Rounds each value to the tensor's type and stores it in logical order.
   void write_hp(int id, std::span<const float> values);
   float scalar(int id) const;
+  // True for an all-gather output (or its permuted copy) gathered along its
+  // inner physical dim: its blocks are each rank's own, R segments of
+  // ceil(inner / R / block) blocks, not ceil(inner / block) over the whole.
+  bool gathered_inner(int id) const { return gathered_inner_.at(static_cast<std::size_t>(id)); }
   void set_scalar(int id, float value);
 
  private:
   const LayerPlan& plan_;
   std::vector<std::vector<std::uint8_t>> data_;
   std::vector<bool> written_;
+  std::vector<bool> gathered_inner_;
 };
 
 // Rounds a float to what a tensor of `type` (bf16, fp16, fp32) stores.
