@@ -10,6 +10,7 @@
 //   dbias                           ... + column sums (E5M2 gradient)
 //   dgelu_dbias                     ... + dGELU from the saved pre-activation
 //   current_cast_transpose          amax pass, then cast with the scale from it
+//   fp8_transpose, fp8_permute_8_ranks  byte movers on rows x cols bytes
 // Effective bandwidth counts 2 bytes read and 2 written per element (the
 // issue's convention); `actual_bytes` also counts the pre-activation read and
 // current scaling's second read.
@@ -27,10 +28,13 @@
 
 #include "codegen/numerics/half.hpp"
 #include "runtime/block_quantize_launcher.hpp"
+#include "runtime/kernel_launchers.hpp"
 #include "runtime/quantize_launcher.hpp"
 #include "runtime/reference/block_quantize_reference.hpp"
 #include "runtime/reference/fp8_compare.hpp"
+#include "runtime/reference/permute_reference.hpp"
 #include "runtime/reference/quantize_reference.hpp"
+#include "runtime/reference/transpose_reference.hpp"
 
 using namespace fp8c;
 using namespace fp8c::runtime;
@@ -272,6 +276,43 @@ int main(int argc, char** argv) {
     BlockQuantizeKernel mx = block_1x128;
     mx.scaling = Scaling::mx_1x32;
     time_block_case("mxfp8_1x32_row_col", mx);
+
+    // Byte movers on FP8-sized data (the first rows * cols bytes of each
+    // input): 1 byte read and 1 written per element, so actual_TB/s is the
+    // number to hold against a device copy; eff_TB/s keeps the bf16
+    // convention above and means nothing here. Verified over the whole tensor.
+    const auto time_bytes_case = [&](const std::string& name, const auto& run,
+                                     const std::vector<std::uint8_t>& want) {
+      if (!only.empty() && name != only) return;
+      col.fill(0xCD, stream.get());
+      run(0);
+      stream.synchronize();
+      Result r;
+      r.name = name;
+      std::vector<std::uint8_t> got(n);
+      col.download(got.data(), n);
+      r.verified = got == want;
+      if (!r.verified) std::cerr << name << ": output differs from the CPU reference\n";
+      time_runs(
+          r, [](int i) { return i; }, run, 2.0);
+      results.push_back(r);
+    };
+    const auto* first_bytes = reinterpret_cast<const std::uint8_t*>(host_x[0].data());
+    if (only.empty() || only == "fp8_transpose") {
+      const TransposeLauncher transpose(jit);
+      time_bytes_case(
+          "fp8_transpose",
+          [&](int b) { transpose.launch(xs[b].get(), col.get(), rows, cols, stream.get()); },
+          reference_transpose(first_bytes, rows, cols));
+    }
+    if ((only.empty() || only == "fp8_permute_8_ranks") && rows % 8 == 0) {
+      // A columnwise [cols][rows] tensor gathered from 8 ranks along rows.
+      const PermuteLauncher permute(jit, PermuteKernel{1});
+      time_bytes_case(
+          "fp8_permute_8_ranks",
+          [&](int b) { permute.launch(xs[b].get(), col.get(), 8, cols, rows / 8, stream.get()); },
+          reference_permute(first_bytes, 1, 8, cols, rows / 8));
+    }
 
     std::cout << "device " << device.name() << " (" << device.arch() << "), " << rows << " x "
               << cols << " bf16, median of " << iters << " runs\n";
