@@ -68,7 +68,6 @@ extern "C" __global__ void __launch_bounds__(256)
   s += k.name();
   s += R"((float* __restrict__ history, const float* __restrict__ amax_in,
      const float* previous_scale, float* scale_out, float* __restrict__ scale_inv_out) {
-  __shared__ u32 reduce32[32];
   const int tensor = blockIdx.x, t = threadIdx.x;
   float* h = history + (long long)tensor * HISTORY;
   const float newest = amax_in[tensor];
@@ -88,6 +87,7 @@ extern "C" __global__ void __launch_bounds__(256)
     amax_bits = max(amax_bits, abs_bits(newest));
   }
 #if RULE_MAX
+  __shared__ u32 reduce32[32];
   amax_bits = block_max_u32(amax_bits, reduce32);
   const float amax = __uint_as_float(amax_bits);
 #else

@@ -31,6 +31,12 @@ __device__ __forceinline__ void transpose4x4(u32 x0, u32 x1, u32 x2, u32 x3, u32
   out[3] = __byte_perm(hi01, hi23, 0x7632);
 }
 
+// Word w of a vector; w is a constant after unrolling, so this stays in
+// registers where indexing through a pointer could put v in local memory.
+__device__ __forceinline__ u32 word(const uint4& v, int w) {
+  return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
+}
+
 extern "C" __global__ void __launch_bounds__(256)
 )";
   s += k.name();
@@ -46,16 +52,12 @@ extern "C" __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int i = 0; i < 4; ++i)
       v[i] = *reinterpret_cast<const uint4*>(in + (long long)(r0 + 4 * q + i) * cols + c0 + 16 * g);
-    const u32* w0 = &v[0].x;
-    const u32* w1 = &v[1].x;
-    const u32* w2 = &v[2].x;
-    const u32* w3 = &v[3].x;
     // Column c's row word q lives in 16-byte chunk (q / 4) ^ (c / 16).
     const int slot = (((q >> 2) ^ g) << 2) | (q & 3);
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
       u32 col[4];
-      transpose4x4(w0[w], w1[w], w2[w], w3[w], col);
+      transpose4x4(word(v[0], w), word(v[1], w), word(v[2], w), word(v[3], w), col);
 #pragma unroll
       for (int b = 0; b < 4; ++b) staged[(16 * g + 4 * w + b) * 32 + slot] = col[b];
     }
