@@ -32,10 +32,23 @@ __device__ __forceinline__ void copy_row(const u8* __restrict__ in, u8* __restri
   const unsigned units = unsigned(segment_bytes / sizeof(Unit));
   const unsigned total = units * unsigned(ranks);
   Unit* dst = reinterpret_cast<Unit*>(out + (long long)o * ranks * segment_bytes);
-  for (unsigned u = threadIdx.x; u < total; u += blockDim.x) {
-    const unsigned r = u / units, i = u - r * units;
-    const Unit* src = reinterpret_cast<const Unit*>(in + ((long long)r * outer + o) * segment_bytes);
-    dst[u] = src[i];
+  // Four units per thread per round, all loads issued before any store, so
+  // each thread keeps up to 64 bytes in flight.
+  for (unsigned base = threadIdx.x; base < total; base += 4 * blockDim.x) {
+    Unit v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const unsigned u = base + j * blockDim.x;
+      if (u < total) {
+        const unsigned r = u / units, i = u - r * units;
+        v[j] = reinterpret_cast<const Unit*>(in + ((long long)r * outer + o) * segment_bytes)[i];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const unsigned u = base + j * blockDim.x;
+      if (u < total) dst[u] = v[j];
+    }
   }
 }
 
