@@ -95,7 +95,7 @@ TEST_P(TransposeGpu, MatchesReferenceBitForBit) {
   REQUIRE_GPU();
   const Shape s = GetParam();
   Gpu& g = gpu();
-  static const TransposeLauncher launcher(*g.jit);
+  const TransposeLauncher launcher(*g.jit);
   std::mt19937 rng(static_cast<unsigned>(s.rows * 131 + s.cols));
   const std::size_t n = static_cast<std::size_t>(s.rows) * s.cols;
   const auto in = random_bytes(n, rng);
