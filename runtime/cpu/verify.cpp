@@ -174,9 +174,8 @@ VerifyReport verify_spec(const Spec& spec, const VerifyOptions& options) {
   one.tokens = options.tokens;
   const Plan plan_n = plan_spec(spec, many);
   const Plan plan_1 = plan_spec(spec, one);
-  VerifyReport report;
-  for (std::size_t li = 0; li < spec.layers.size(); ++li) {
-    const Layer& layer = spec.layers[li];
+  // Refuse before running anything: a layer too large for CPU ranks.
+  for (const Layer& layer : spec.layers) {
     if (!options.layer.empty() && layer.name != options.layer) continue;
     const double flops = layer_step_flops(layer, options.tokens);
     if (flops > options.max_flops && !options.force) {
@@ -186,6 +185,11 @@ VerifyReport verify_spec(const Spec& spec, const VerifyOptions& options) {
         << " without --force); use fewer --tokens or pass --force";
       throw VerifyError(m.str());
     }
+  }
+  VerifyReport report;
+  for (std::size_t li = 0; li < spec.layers.size(); ++li) {
+    const Layer& layer = spec.layers[li];
+    if (!options.layer.empty() && layer.name != options.layer) continue;
     LayerPlan pn = *plan_n.find(layer.name);
     if (options.edit_plan) options.edit_plan(pn);
     const LayerPlan& p1 = *plan_1.find(layer.name);

@@ -20,6 +20,11 @@ struct Case {
   int ranks;
 };
 
+// Readable test names in ctest's listing instead of the Case's bytes.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.recipe << " " << c.mode << (c.sp ? " sp" : "") << " ranks " << c.ranks;
+}
+
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   std::string r = info.param.recipe.substr(0, info.param.recipe.find(' '));
   return r + "_" + info.param.mode + (info.param.sp ? "_sp" : "") + "_" +
