@@ -95,12 +95,13 @@ double f64_bound(const Layer& layer, const std::string& tensor) {
   if (tensor == "y") return fmt_bound(r.forward);
   // dbias sums dz = dy * act'(z) in high precision; with an activation, z
   // carries the forward GEMM's FP8 error and act' amplifies it (GELU's
-  // second derivative is ~0.8 near 0), hence twice the forward bound.
+  // second derivative is ~0.8 near 0, and large |z| puts more of the error
+  // near the bend), hence three times the forward bound (measured up to 2x).
   if (tensor == "db")
-    return layer.activation == Activation::none ? tol.high_precision : 2 * fmt_bound(r.forward);
+    return layer.activation == Activation::none ? tol.high_precision : 3 * fmt_bound(r.forward);
   // dX and dW: the larger operand format's bound, plus dz's own error when
   // an activation's derivative amplifies the forward error (see db).
-  const double act = layer.activation == Activation::none ? 0.0 : 2 * fmt_bound(r.forward);
+  const double act = layer.activation == Activation::none ? 0.0 : 3 * fmt_bound(r.forward);
   return std::max(fmt_bound(r.forward), fmt_bound(r.backward)) + act;
 }
 
