@@ -73,7 +73,62 @@ class RankExecutor {
     return results();
   }
 
+  // --- chains: one executor per layer on the same rank, tensors handed over.
+  void begin(const LayerData& data) { fill_externals(data); }
+  void forward() { run_pass("forward", plan_.forward); }
+  void backward() { run_pass("backward", plan_.backward); }
+  RankStepResult finish() {
+    run_pass("update", plan_.update);
+    return results();
+  }
+  // The producer side: its FP8 output is written with the consumer's scale.
+  void set_output_scale(float scale) {
+    if (const int id = find("y.scale_inv"); id >= 0) store_.set_scalar(id, scale);
+  }
+  float input_scale() const { return delayed_scale("x"); }
+  // Hands this layer's output to `consumer`'s input on the same rank.
+  void hand_output_to(RankExecutor& consumer) {
+    const int xq = consumer.find("x.fp8.row");
+    if (xq >= 0 && consumer.plan_.tensor(xq).external) {
+      const int yq = find("y.fp8.row");
+      if (yq < 0)
+        throw ExecutorError("cpu executor: chain: '" + layer_.name + "' writes no FP8 output");
+      copy_same_shape(store_, yq, consumer.store_, xq);
+      if (const int a = consumer.find("x.amax"); a >= 0)
+        consumer.store_.set_scalar(a, store_.scalar(find("y.amax")));
+      return;
+    }
+    int y = find("y");
+    if (y < 0 || !store_.written(y)) y = find("y.reduced");
+    const int x = consumer.find("x");
+    check_same_shape(store_, y, consumer.store_, x);
+    consumer.store_.write_hp(x, store_.read_hp(y));
+  }
+  // Hands this (consumer) layer's dX to `producer`'s dY on the same rank.
+  void hand_dx_to(RankExecutor& producer) {
+    const int dx = find("dx");
+    const int dy = producer.find("dy");
+    check_same_shape(store_, dx, producer.store_, dy);
+    producer.store_.write_hp(dy, store_.read_hp(dx));
+  }
+
  private:
+  static void check_same_shape(const TensorStore& a, int ia, const TensorStore& b, int ib) {
+    if (ia < 0 || ib < 0 || a.tensor(ia).dims[0].local != b.tensor(ib).dims[0].local ||
+        a.tensor(ia).dims[1].local != b.tensor(ib).dims[1].local)
+      throw ExecutorError(
+          "cpu executor: chain: " + (ia < 0 ? std::string("?") : a.tensor(ia).name) +
+          " does not hand over to " + (ib < 0 ? std::string("?") : b.tensor(ib).name) +
+          " on a rank as it is (the layouts need a redistribution)");
+  }
+  static void copy_same_shape(const TensorStore& a, int ia, TensorStore& b, int ib) {
+    check_same_shape(a, ia, b, ib);
+    const auto from = a.bytes(ia);
+    auto to = b.bytes(ib);
+    std::copy(from.begin(), from.end(), to.begin());
+    b.mark_written(ib);
+  }
+
   // A tensor's name without the layer prefix and without the ".2", ".3"
   // the planner appends to a repeated name (x.scale_inv.2 is a second x
   // scale): "x", "x.amax", "dz.scale_inv", ...
@@ -99,6 +154,7 @@ class RankExecutor {
     for (const auto& t : plan_.tensors) {
       if (!t.external) continue;
       const std::string k = key(t.id);
+      if ((k == "x" && d.x.empty()) || (k == "dy" && d.dy.empty())) continue;  // handed over
       if (k == "x") {
         store_.write_hp(t.id, shard(d.x, layer_.in, t.dims, comm_.rank()));
       } else if (k == "w") {
@@ -113,7 +169,7 @@ class RankExecutor {
     }
     // A chained FP8 input (the producer's GEMM wrote it with this layer's
     // delayed scale): stand in for the producer by quantizing X here.
-    if (const int xq = find("x.fp8.row"); xq >= 0 && plan_.tensor(xq).external) {
+    if (const int xq = find("x.fp8.row"); xq >= 0 && plan_.tensor(xq).external && !d.x.empty()) {
       std::vector<float> x = shard(d.x, layer_.in, plan_.tensor(xq).dims, comm_.rank());
       for (auto& v : x) v = round_to(elem_of(layer_.dtype), v);
       quantize_to(store_, xq, x, store_.scalar(plan_.tensor(xq).scale), false);
@@ -520,6 +576,47 @@ std::vector<std::vector<RankStepResult>> run_layer(const Layer& layer, const Lay
     if (!first) first = e;
   }
   if (first) std::rethrow_exception(first);
+  return results;
+}
+
+std::vector<std::vector<ChainStepResult>> run_chain(const Layer& first, const LayerPlan& first_plan,
+                                                    const Layer& second,
+                                                    const LayerPlan& second_plan,
+                                                    const std::vector<ChainData>& steps,
+                                                    const ExecutorOptions& options) {
+  if (first_plan.ranks != second_plan.ranks)
+    throw ExecutorError("cpu executor: chain '" + first.name + "' -> '" + second.name +
+                        "' runs on different tensor-parallel sizes");
+  for (const auto* p : {&first_plan, &second_plan})
+    if (auto errors = check_layer_plan(*p); !errors.empty() && !options.skip_plan_check)
+      throw ExecutorError("cpu executor: the plan of layer '" + p->layer + "' is invalid:\n  " +
+                          errors[0]);
+  const int n = static_cast<int>(first_plan.ranks);
+  std::vector<std::vector<ChainStepResult>> results(static_cast<std::size_t>(n));
+  coll::RankGroupOptions group{options.backend, options.timeout};
+  auto errors = coll::run_ranks(n, group, [&](coll::Communicator& comm) {
+    LayerState s1 = initial_state(first), s2 = initial_state(second);
+    auto& mine = results[static_cast<std::size_t>(comm.rank())];
+    for (const auto& data : steps) {
+      RankExecutor a(first, first_plan, comm, s1, -1, options.capture);
+      RankExecutor b(second, second_plan, comm, s2, -1, options.capture);
+      LayerData d1 = data.first, d2 = data.second;
+      d1.dy.clear();  // the second layer's dX
+      d2.x.clear();   // the first layer's output
+      a.begin(d1);
+      b.begin(d2);
+      a.set_output_scale(b.input_scale());
+      a.forward();
+      a.hand_output_to(b);
+      b.forward();
+      b.backward();
+      b.hand_dx_to(a);
+      a.backward();
+      mine.push_back({a.finish(), b.finish()});
+    }
+  });
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
   return results;
 }
 

@@ -109,4 +109,23 @@ RankStepResult execute_layer_step(const Layer& layer, const LayerPlan& plan,
                                   LayerState& state, int skip_collective = -1,
                                   const std::vector<std::string>& capture = {});
 
+// A producer -> consumer chain (`input =`): the consumer's input is the
+// producer's output on each rank (its FP8 output with the consumer's delayed
+// scale when chained in FP8), the producer's dY is the consumer's dX. Only
+// layouts whose tensors hand over without redistribution (column -> row,
+// row -> column with matching sequence parallelism) run; others are an
+// ExecutorError.
+struct ChainData {
+  LayerData first;   // x, w, b used
+  LayerData second;  // w, b, dy used
+};
+struct ChainStepResult {
+  RankStepResult first, second;
+};
+std::vector<std::vector<ChainStepResult>> run_chain(const Layer& first, const LayerPlan& first_plan,
+                                                    const Layer& second,
+                                                    const LayerPlan& second_plan,
+                                                    const std::vector<ChainData>& steps,
+                                                    const ExecutorOptions& options = {});
+
 }  // namespace fp8c::cpu

@@ -3,47 +3,82 @@
 #include "runtime/cpu/activation.hpp"
 
 namespace fp8c::cpu {
+namespace {
 
-ReferenceResult reference_layer_step(const Layer& layer, std::uint64_t tokens, const LayerData& d) {
-  const std::size_t T = tokens, I = layer.in, O = layer.out;
-  ReferenceResult r;
-  std::vector<double> z(T * O, 0.0), dz(T * O);
-  // z[t][o] = sum_i x[t][i] w[o][i] + b[o]
+// z = x w^T + b, y = act(z); x: [T][I] (float64), w: [O][I].
+void forward(const Layer& layer, std::size_t T, const std::vector<double>& x,
+             const std::vector<float>& w, const std::vector<float>& b, std::vector<double>& z,
+             std::vector<double>& y) {
+  const std::size_t I = layer.in, O = layer.out;
+  z.assign(T * O, 0.0);
+  y.resize(T * O);
   for (std::size_t t = 0; t < T; ++t)
     for (std::size_t o = 0; o < O; ++o) {
-      double s = d.b.empty() ? 0.0 : d.b[o];
-      const float* xr = d.x.data() + t * I;
-      const float* wr = d.w.data() + o * I;
-      for (std::size_t i = 0; i < I; ++i) s += double(xr[i]) * double(wr[i]);
+      double s = b.empty() ? 0.0 : b[o];
+      const double* xr = x.data() + t * I;
+      const float* wr = w.data() + o * I;
+      for (std::size_t i = 0; i < I; ++i) s += xr[i] * double(wr[i]);
       z[t * O + o] = s;
+      y[t * O + o] = activate(layer.activation, s);
     }
-  r.y.resize(T * O);
-  for (std::size_t i = 0; i < T * O; ++i) {
-    r.y[i] = activate(layer.activation, z[i]);
-    dz[i] = double(d.dy[i]) * activation_grad(layer.activation, z[i]);
-  }
+}
+
+// dz = dy * act'(z); dx = dz w; dw = dz^T x; db = sum_t dz.
+void backward(const Layer& layer, std::size_t T, const std::vector<double>& x,
+              const std::vector<float>& w, const std::vector<double>& z,
+              const std::vector<double>& dy, ReferenceResult& r) {
+  const std::size_t I = layer.in, O = layer.out;
+  std::vector<double> dz(T * O);
+  for (std::size_t i = 0; i < T * O; ++i) dz[i] = dy[i] * activation_grad(layer.activation, z[i]);
   r.dx.assign(T * I, 0.0);
-  for (std::size_t t = 0; t < T; ++t)
-    for (std::size_t o = 0; o < O; ++o) {
-      const double g = dz[t * O + o];
-      double* dxr = r.dx.data() + t * I;
-      const float* wr = d.w.data() + o * I;
-      for (std::size_t i = 0; i < I; ++i) dxr[i] += g * double(wr[i]);
-    }
   r.dw.assign(O * I, 0.0);
   for (std::size_t t = 0; t < T; ++t)
     for (std::size_t o = 0; o < O; ++o) {
       const double g = dz[t * O + o];
+      double* dxr = r.dx.data() + t * I;
       double* dwr = r.dw.data() + o * I;
-      const float* xr = d.x.data() + t * I;
-      for (std::size_t i = 0; i < I; ++i) dwr[i] += g * double(xr[i]);
+      const float* wr = w.data() + o * I;
+      const double* xr = x.data() + t * I;
+      for (std::size_t i = 0; i < I; ++i) {
+        dxr[i] += g * double(wr[i]);
+        dwr[i] += g * xr[i];
+      }
     }
+  r.db.clear();
   if (layer.bias) {
     r.db.assign(O, 0.0);
     for (std::size_t t = 0; t < T; ++t)
       for (std::size_t o = 0; o < O; ++o) r.db[o] += dz[t * O + o];
   }
+}
+
+std::vector<double> widen(const std::vector<float>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+}  // namespace
+
+ReferenceResult reference_layer_step(const Layer& layer, std::uint64_t tokens, const LayerData& d) {
+  ReferenceResult r;
+  const std::vector<double> x = widen(d.x);
+  std::vector<double> z;
+  forward(layer, tokens, x, d.w, d.b, z, r.y);
+  backward(layer, tokens, x, d.w, z, widen(d.dy), r);
   return r;
+}
+
+std::pair<ReferenceResult, ReferenceResult> reference_chain_step(const Layer& first,
+                                                                 const Layer& second,
+                                                                 std::uint64_t tokens,
+                                                                 const ChainData& d) {
+  ReferenceResult a, b;
+  const std::vector<double> x = widen(d.first.x);
+  std::vector<double> z1, z2;
+  forward(first, tokens, x, d.first.w, d.first.b, z1, a.y);
+  forward(second, tokens, a.y, d.second.w, d.second.b, z2, b.y);
+  backward(second, tokens, a.y, d.second.w, z2, widen(d.second.dy), b);
+  backward(first, tokens, x, d.first.w, z1, b.dx, a);
+  return {a, b};
 }
 
 }  // namespace fp8c::cpu

@@ -2,6 +2,7 @@
 // FP8 plans approximate, computed from the same (dtype-rounded) inputs.
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include "fp8c/spec.hpp"
@@ -17,5 +18,12 @@ struct ReferenceResult {
 };
 
 ReferenceResult reference_layer_step(const Layer& layer, std::uint64_t tokens, const LayerData& d);
+
+// A producer -> consumer chain: the consumer reads the producer's float64
+// output, the producer's gradient is the consumer's float64 dX.
+std::pair<ReferenceResult, ReferenceResult> reference_chain_step(const Layer& first,
+                                                                 const Layer& second,
+                                                                 std::uint64_t tokens,
+                                                                 const ChainData& d);
 
 }  // namespace fp8c::cpu

@@ -148,6 +148,90 @@ std::string fmt_ranks(std::uint32_t n) {
   return std::to_string(n) + (n == 1 ? " rank" : " ranks");
 }
 
+// Producer -> consumer pairs end to end: the consumer reads the producer's
+// output on each rank, the producer's gradient is the consumer's dX. The
+// N-rank and 1-rank chains differ wherever either layer's do, so they are
+// compared within twice the float64 bound; errors compound along the chain,
+// so a float64 bound is the sum of the bounds of the GEMMs on the path.
+void verify_chains(const Spec& spec, const Plan& plan_n, const Plan& plan_1,
+                   const VerifyOptions& options, VerifyReport& report) {
+  for (std::size_t li = 0; li < spec.layers.size(); ++li) {
+    const Layer& second = spec.layers[li];
+    const Layer* first = second.input.empty() ? nullptr : spec.find_layer(second.input);
+    if (!first) continue;
+    if (!options.layer.empty() && options.layer != first->name && options.layer != second.name)
+      continue;
+    const std::string name = first->name + "->" + second.name;
+    std::vector<ChainData> data;
+    for (std::uint32_t s = 0; s < options.steps; ++s) {
+      const std::uint64_t seed = options.seed * 1000003 + li * 7919 + s + 500009;
+      data.push_back({random_layer_data(*first, options.tokens, seed),
+                      random_layer_data(second, options.tokens, seed + 1)});
+    }
+    const LayerPlan& a_n = *plan_n.find(first->name);
+    const LayerPlan& b_n = *plan_n.find(second.name);
+    std::vector<std::vector<ChainStepResult>> run_n, run_1;
+    try {
+      run_n = run_chain(*first, a_n, second, b_n, data, options.executor);
+    } catch (const ExecutorError& e) {
+      report.notes.push_back("chain " + name + " not run: " + e.what());
+      continue;
+    }
+    ExecutorOptions one = options.executor;
+    one.skip_collective_on_rank = -1;
+    run_1 =
+        run_chain(*first, *plan_1.find(first->name), second, *plan_1.find(second.name), data, one);
+    const std::string rn = fmt_ranks(a_n.ranks);
+    std::vector<CheckResult> rows;
+    for (std::uint32_t s = 0; s < options.steps; ++s) {
+      const auto ref = reference_chain_step(*first, second, options.tokens, data[s]);
+      struct Field {
+        std::string label;
+        bool second_layer;
+        std::vector<float> RankStepResult::*values;
+        std::array<Dim, 2> RankStepResult::*dims;
+        const std::vector<double>* ref;
+        double bound;
+      };
+      const double y1 = f64_bound(*first, "y"), y2 = f64_bound(second, "y");
+      const double dx2 = f64_bound(second, "dx");
+      std::vector<Field> fields = {
+          {"y (" + second.name + ")", true, &RankStepResult::y, &RankStepResult::y_dims,
+           &ref.second.y, y1 + y2},
+          {"dx (" + first->name + ")", false, &RankStepResult::dx, &RankStepResult::dx_dims,
+           &ref.first.dx, dx2 + f64_bound(*first, "dx")},
+          {"dw (" + first->name + ")", false, &RankStepResult::dw, &RankStepResult::dw_dims,
+           &ref.first.dw, dx2 + f64_bound(*first, "dw")},
+          {"dw (" + second.name + ")", true, &RankStepResult::dw, &RankStepResult::dw_dims,
+           &ref.second.dw, y1 + f64_bound(second, "dw")}};
+      std::size_t index = 0;
+      auto record = [&](const std::string& check, const Diff& d, double tol) {
+        const bool pass = d.rel <= tol && std::isfinite(d.rel);
+        if (rows.size() <= index) {
+          rows.push_back(CheckResult{name, check, d.max_abs, d.rel, tol, false, pass});
+        } else {
+          auto& c = rows[index];
+          c.max_abs = std::max(c.max_abs, d.max_abs);
+          c.rel = std::max(c.rel, d.rel);
+          c.pass = c.pass && pass;
+        }
+        ++index;
+      };
+      for (const auto& f : fields) {
+        std::vector<const RankStepResult*> rs_n, rs_1;
+        for (const auto& r : run_n) rs_n.push_back(f.second_layer ? &r[s].second : &r[s].first);
+        rs_1.push_back(f.second_layer ? &run_1[0][s].second : &run_1[0][s].first);
+        const Assembled an = assemble(rs_n, f.values, f.dims);
+        const Assembled a1 = assemble(rs_1, f.values, f.dims);
+        record(f.label + ": " + rn + " vs 1 rank", diff(an.values, a1.values), 2 * f.bound);
+        record(f.label + ": " + rn + " vs float64", diff(an.values, *f.ref), f.bound);
+        record(f.label + ": 1 rank vs float64", diff(a1.values, *f.ref), f.bound);
+      }
+    }
+    report.checks.insert(report.checks.end(), rows.begin(), rows.end());
+  }
+}
+
 }  // namespace
 
 const Tolerances& tolerances() {
@@ -282,6 +366,7 @@ VerifyReport verify_spec(const Spec& spec, const VerifyOptions& options) {
     }
     for (auto& r : rows) report.checks.push_back(r.c);
   }
+  if (options.chains && !options.edit_plan) verify_chains(spec, plan_n, plan_1, options, report);
   return report;
 }
 
@@ -300,6 +385,7 @@ std::string format_report(const VerifyReport& report) {
       o << c.tolerance;
     o << std::defaultfloat << "  " << (c.pass ? "pass" : "FAIL") << "\n";
   }
+  for (const auto& n : report.notes) o << "note: " << n << "\n";
   return o.str();
 }
 

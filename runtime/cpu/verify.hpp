@@ -31,6 +31,8 @@ struct VerifyOptions {
   // Tests: edit the N-rank plan before it runs (with executor.skip_plan_check
   // to run a plan the checker rejects).
   std::function<void(LayerPlan&)> edit_plan;
+  // Also run each producer -> consumer pair (`input =`) end to end.
+  bool chains = true;
 };
 
 // Relative-error bounds against the float64 reference and between runs.
@@ -54,6 +56,7 @@ struct CheckResult {
 
 struct VerifyReport {
   std::vector<CheckResult> checks;
+  std::vector<std::string> notes;  // e.g. a chain that was not run, and why
   bool passed() const;
 };
 
