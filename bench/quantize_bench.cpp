@@ -78,6 +78,8 @@ int main(int argc, char** argv) {
       iters = std::atoi(argv[++i]);
     else if (a == "--json" && i + 1 < argc)
       json = argv[++i];
+    else if (a == "--only" && i + 1 < argc)
+      only = argv[++i];
     else {
       std::cerr << "usage: quantize_bench [--rows R] [--cols C] [--iters N] [--json FILE] "
                    "[--only CASE]\n";
