@@ -84,7 +84,21 @@ void collect_kernels(const LayerPlan& plan, const Layer& layer, PlanKernels& int
         if (plan.tensor(id).is_fp8()) fp8 = &plan.tensor(id);
       if (!fp8) continue;
       if (fp8->scaling != Scaling::per_tensor) {
-        into.not_generated.push_back(use + " [" + std::string(to_string(fp8->scaling)) + "]");
+        // Block and MX formats: each usage from high precision with its own
+        // scales. The block kernels have no fused dact or dbias yet.
+        if (s.fused_dact || s.fused_dbias) {
+          into.not_generated.push_back(use + " [" + std::string(to_string(fp8->scaling)) +
+                                       " with fused dact/dbias]");
+          continue;
+        }
+        BlockQuantizeKernel b;
+        b.input = src.type;
+        b.format = fp8->type == ElemType::e4m3 ? Fp8Format::e4m3 : Fp8Format::e5m2;
+        b.scaling = fp8->scaling;
+        b.rowwise = s.rowwise;
+        b.columnwise = s.columnwise;
+        b.pow2 = layer.recipe.scale == ScaleForm::pow2 && fp8->scaling != Scaling::mx_1x32;
+        add(into, GeneratedKernel{b}, use);
         continue;
       }
       k.format = fp8->type == ElemType::e4m3 ? Fp8Format::e4m3 : Fp8Format::e5m2;

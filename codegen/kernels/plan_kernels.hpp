@@ -10,6 +10,7 @@
 #include <variant>
 #include <vector>
 
+#include "codegen/kernels/block_quantize.hpp"
 #include "codegen/kernels/permute.hpp"
 #include "codegen/kernels/quantize.hpp"
 #include "codegen/kernels/scale_update.hpp"
@@ -21,7 +22,9 @@ namespace fp8c {
 
 // Any kernel description a plan step can need.
 struct GeneratedKernel {
-  std::variant<QuantizeKernel, TransposeKernel, PermuteKernel, ScaleUpdateKernel> description;
+  std::variant<QuantizeKernel, BlockQuantizeKernel, TransposeKernel, PermuteKernel,
+               ScaleUpdateKernel>
+      description;
 
   std::string name() const;
   bool operator==(const GeneratedKernel&) const = default;
