@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "gpu_fixture.hpp"
+
 #include <bit>
 #include <cstring>
 #include <filesystem>
@@ -24,23 +26,7 @@ void PrintTo(const BlockQuantizeKernel& k, std::ostream* os) {
 namespace fp8c::runtime {
 namespace {
 
-struct Gpu {
-  std::unique_ptr<Device> device;
-  std::unique_ptr<Jit> jit;
-};
-
-Gpu& gpu() {
-  static Gpu g = [] {
-    Gpu out;
-    if (driver_available()) {
-      out.device = std::make_unique<Device>(0);
-      const auto dir = std::filesystem::temp_directory_path() / "fp8c-gpu-test-cache";
-      out.jit = std::make_unique<Jit>(out.device->arch(), CubinCache(dir.string()));
-    }
-    return out;
-  }();
-  return g;
-}
+using testing::gpu;
 
 // Raw element bits: mostly normal values of varied magnitude per row (so
 // block scales differ), some zeros, subnormals, huge values; with `specials`
@@ -83,7 +69,7 @@ std::vector<unsigned char> random_input(ElemType type, std::size_t rows, std::si
 void run_case(const BlockQuantizeKernel& k, int rows, int cols, bool specials, std::uint32_t seed) {
   SCOPED_TRACE(k.name() + " " + std::to_string(rows) + "x" + std::to_string(cols) +
                (specials ? " with NaN/Inf" : ""));
-  Gpu& g = gpu();
+  testing::Gpu& g = gpu();
   std::mt19937 rng(seed);
   const auto x = random_input(k.input, static_cast<std::size_t>(rows),
                               static_cast<std::size_t>(cols), specials, rng);
@@ -130,8 +116,7 @@ void run_case(const BlockQuantizeKernel& k, int rows, int cols, bool specials, s
 class BlockQuantizeGpu : public ::testing::TestWithParam<BlockQuantizeKernel> {};
 
 TEST_P(BlockQuantizeGpu, MatchesTheCpuReference) {
-  std::string reason;
-  if (!driver_available(&reason)) GTEST_SKIP() << "no GPU: " << reason;
+  REQUIRE_GPU();
   std::uint32_t seed = 7;
   for (auto [rows, cols] :
        {std::pair{1, 1}, {17, 33}, {128, 128}, {256, 384}, {300, 520}, {1000, 2048}}) {
@@ -141,8 +126,7 @@ TEST_P(BlockQuantizeGpu, MatchesTheCpuReference) {
 }
 
 TEST_P(BlockQuantizeGpu, LargeUnalignedShape) {
-  std::string reason;
-  if (!driver_available(&reason)) GTEST_SKIP() << "no GPU: " << reason;
+  REQUIRE_GPU();
   if (GetParam().input != ElemType::bf16 || !GetParam().columnwise || !GetParam().rowwise)
     GTEST_SKIP() << "the large shape runs for the bf16 row+column variants only";
   run_case(GetParam(), 4095, 8191, true, 1234);

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "gpu_fixture.hpp"
+
 #include <bit>
 #include <cstring>
 #include <filesystem>
@@ -29,29 +31,7 @@ namespace {
 
 constexpr unsigned char kPoison = 0xCD;
 
-struct Gpu {
-  std::unique_ptr<Device> device;
-  std::unique_ptr<Jit> jit;
-};
-
-Gpu& gpu() {
-  static Gpu* instance = [] {
-    auto* g = new Gpu;
-    if (driver_available()) {
-      g->device = std::make_unique<Device>(0);
-      const auto dir = std::filesystem::temp_directory_path() / "fp8c-other-gpu-test-cache";
-      g->jit = std::make_unique<Jit>(g->device->arch(), CubinCache(dir.string()));
-    }
-    return g;
-  }();
-  return *instance;
-}
-
-#define REQUIRE_GPU()                                                     \
-  do {                                                                    \
-    std::string reason;                                                   \
-    if (!driver_available(&reason)) GTEST_SKIP() << "no GPU: " << reason; \
-  } while (0)
+using testing::gpu;
 
 // Random bytes in which each of the 256 codes (every FP8 NaN and Inf among
 // them) appears at least once when there is room.
@@ -94,7 +74,7 @@ class TransposeGpu : public ::testing::TestWithParam<Shape> {};
 TEST_P(TransposeGpu, MatchesReferenceBitForBit) {
   REQUIRE_GPU();
   const Shape s = GetParam();
-  Gpu& g = gpu();
+  testing::Gpu& g = gpu();
   const TransposeLauncher launcher(*g.jit);
   std::mt19937 rng(static_cast<unsigned>(s.rows * 131 + s.cols));
   const std::size_t n = static_cast<std::size_t>(s.rows) * s.cols;
@@ -130,7 +110,7 @@ class PermuteGpu : public ::testing::TestWithParam<PermuteCase> {};
 TEST_P(PermuteGpu, MatchesReferenceBitForBit) {
   REQUIRE_GPU();
   const PermuteCase c = GetParam();
-  Gpu& g = gpu();
+  testing::Gpu& g = gpu();
   const PermuteLauncher launcher(*g.jit, PermuteKernel{c.element_bytes});
   std::mt19937 rng(static_cast<unsigned>(c.ranks * 1000003 + c.outer * 31 + c.inner_local));
   const std::size_t bytes =
@@ -195,7 +175,7 @@ class ScaleUpdateGpu : public ::testing::TestWithParam<ScaleUpdateKernel> {};
 
 TEST_P(ScaleUpdateGpu, MatchesNumericsBitForBitOverSeveralSteps) {
   REQUIRE_GPU();
-  Gpu& g = gpu();
+  testing::Gpu& g = gpu();
   // The special values tried in turn against every tensor: as many tensors
   // as the description has, repeated over enough steps to see each value in
   // each slot, with histories that already hold NaN, Inf and zeros.

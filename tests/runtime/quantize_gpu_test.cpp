@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "gpu_fixture.hpp"
+
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -33,29 +35,7 @@ namespace {
 
 constexpr unsigned char kPoison = 0xCD;
 
-struct Gpu {
-  std::unique_ptr<Device> device;
-  std::unique_ptr<Jit> jit;
-};
-
-Gpu* gpu() {
-  static Gpu* instance = [] {
-    auto* g = new Gpu;
-    if (driver_available()) {
-      g->device = std::make_unique<Device>(0);
-      const auto dir = std::filesystem::temp_directory_path() / "fp8c-gpu-test-cache";
-      g->jit = std::make_unique<Jit>(g->device->arch(), CubinCache(dir.string()));
-    }
-    return g;
-  }();
-  return instance;
-}
-
-#define REQUIRE_GPU()                                                     \
-  do {                                                                    \
-    std::string reason;                                                   \
-    if (!driver_available(&reason)) GTEST_SKIP() << "no GPU: " << reason; \
-  } while (0)
+using testing::gpu;
 
 enum class Data { finite, any_bits };
 
@@ -113,7 +93,7 @@ float grad_at(ElemType type, const std::vector<unsigned char>& x, std::size_t i)
 void run_case(const QuantizeKernel& k, Shape shape, Data data, std::uint32_t seed) {
   SCOPED_TRACE(k.name() + " " + std::to_string(shape.rows) + "x" + std::to_string(shape.cols) +
                (data == Data::finite ? " finite" : " any-bits") + " seed " + std::to_string(seed));
-  Gpu& g = *gpu();
+  testing::Gpu& g = gpu();
   std::mt19937 rng(seed);
   const std::size_t n = static_cast<std::size_t>(shape.rows) * shape.cols;
   const auto x = random_input(k.input, n, data, rng);

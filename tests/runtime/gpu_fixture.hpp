@@ -1,0 +1,42 @@
+// The GPU the GPU tests share: device 0's context and a JIT for its
+// architecture, created once per test binary. Without a driver, tests skip
+// visibly with REQUIRE_GPU() and the reason.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "runtime/device.hpp"
+#include "runtime/jit.hpp"
+
+namespace fp8c::testing {
+
+struct Gpu {
+  std::unique_ptr<runtime::Device> device;
+  std::unique_ptr<runtime::Jit> jit;
+};
+
+// Never destroyed: the context must outlive every test's buffers and modules.
+inline Gpu& gpu() {
+  static Gpu* instance = [] {
+    auto* g = new Gpu;
+    if (runtime::driver_available()) {
+      g->device = std::make_unique<runtime::Device>(0);
+      const auto dir = std::filesystem::temp_directory_path() / "fp8c-gpu-test-cache";
+      g->jit = std::make_unique<runtime::Jit>(g->device->arch(), runtime::CubinCache(dir.string()));
+    }
+    return g;
+  }();
+  return *instance;
+}
+
+}  // namespace fp8c::testing
+
+#define REQUIRE_GPU()                                                                      \
+  do {                                                                                     \
+    std::string reason;                                                                    \
+    if (!::fp8c::runtime::driver_available(&reason)) GTEST_SKIP() << "no GPU: " << reason; \
+  } while (0)
