@@ -3,9 +3,13 @@
 // 0 success, 1 the input is invalid (or a check failed), 2 usage error.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "fp8c/spec.hpp"
 
 namespace fp8c::tools {
 
@@ -27,5 +31,13 @@ const std::vector<Command>& verify_commands();
 int usage_error(std::string_view command, std::string_view message);
 
 bool wants_help(const Args& args);
+
+// A decimal integer option value of at most 12 digits, positive unless
+// `allow_zero`. False for anything else.
+bool parse_count(const std::string& text, std::uint64_t& value, bool allow_zero = false);
+
+// Reads and checks a spec, printing its diagnostics (or why it cannot be
+// read) to stderr; nullopt when it is not valid.
+std::optional<Spec> load_spec_reporting(const std::string& path);
 
 }  // namespace fp8c::tools

@@ -57,10 +57,10 @@ std::string parse(const Args& args, KernelOptions& o, bool compile) {
       if (!v) return "--cache-dir needs a directory";
       o.cache_dir = *v;
     } else if (compile && a == "--threads") {
-      if (!count(n)) return "--threads needs a positive integer";
+      if (!count(n) || n > 1024) return "--threads needs a positive integer up to 1024";
       o.threads = static_cast<unsigned>(n);
     } else if (a == "--ranks") {
-      if (!count(n)) return "--ranks needs a positive integer";
+      if (!count(n) || n > 65536) return "--ranks needs a positive integer up to 65536";
       o.plan.ranks = static_cast<std::uint32_t>(n);
     } else if (a == "--tokens") {
       if (!count(n)) return "--tokens needs a positive integer";
@@ -78,13 +78,9 @@ std::string parse(const Args& args, KernelOptions& o, bool compile) {
 
 // The spec's kernels, or nullopt after printing why there are none.
 std::optional<PlanKernels> plan_kernels(const KernelOptions& o) {
-  Spec spec;
-  try {
-    spec = load_spec(o.file);
-  } catch (const std::exception& e) {
-    std::cerr << e.what();
-    return std::nullopt;
-  }
+  const std::optional<Spec> loaded = load_spec_reporting(o.file);
+  if (!loaded) return std::nullopt;
+  const Spec& spec = *loaded;
   if (!o.layer.empty() && !spec.find_layer(o.layer)) {
     std::cerr << "fp8c: " << o.file << " has no layer '" << o.layer << "'\n";
     return std::nullopt;

@@ -3,6 +3,7 @@
 
 #include <iostream>
 
+#include "fp8c/dsl.hpp"
 #include "tools/fp8c/commands.hpp"
 
 namespace fp8c::tools {
@@ -38,6 +39,25 @@ int usage_error(std::string_view command, std::string_view message) {
   std::cerr << "fp8c " << command << ": " << message << "\n"
             << "run `fp8c " << command << " --help` for usage\n";
   return 2;
+}
+
+bool parse_count(const std::string& text, std::uint64_t& value, bool allow_zero) {
+  if (text.empty() || text.size() > 12) return false;
+  value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  return allow_zero || value > 0;
+}
+
+std::optional<Spec> load_spec_reporting(const std::string& path) {
+  try {
+    return load_spec(path);
+  } catch (const std::exception& e) {
+    std::cerr << e.what();
+    return std::nullopt;
+  }
 }
 
 bool wants_help(const Args& args) {

@@ -29,16 +29,6 @@ constexpr std::string_view kPlanHelp =
     "\n"
     "Exit status: 0 success, 1 invalid spec or planning error, 2 usage error.\n";
 
-bool parse_count(const std::string& text, std::uint64_t& value) {
-  if (text.empty() || text.size() > 12) return false;
-  value = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return false;
-    value = value * 10 + static_cast<std::uint64_t>(c - '0');
-  }
-  return value > 0;
-}
-
 int run_plan(const Args& args) {
   std::string file, layer;
   PlanOptions options;
@@ -75,13 +65,9 @@ int run_plan(const Args& args) {
     }
   }
   if (file.empty()) return usage_error("plan", "no file given");
-  Spec spec;
-  try {
-    spec = load_spec(file);
-  } catch (const std::exception& e) {
-    std::cerr << e.what();
-    return 1;
-  }
+  const std::optional<Spec> loaded = load_spec_reporting(file);
+  if (!loaded) return 1;
+  const Spec& spec = *loaded;
   if (!layer.empty()) {
     const Layer* only = spec.find_layer(layer);
     if (!only) {

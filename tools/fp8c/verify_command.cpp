@@ -38,16 +38,6 @@ constexpr std::string_view kVerifyHelp =
     "Exit status: 0 every check passed, 1 a check failed or the spec cannot be\n"
     "verified as asked, 2 usage error.\n";
 
-bool parse_number(const std::string& text, std::uint64_t& value, bool allow_zero = false) {
-  if (text.empty() || text.size() > 12) return false;
-  value = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return false;
-    value = value * 10 + static_cast<std::uint64_t>(c - '0');
-  }
-  return allow_zero || value > 0;
-}
-
 int run_verify(const Args& args) {
   std::string file;
   cpu::VerifyOptions options;
@@ -72,7 +62,7 @@ int run_verify(const Args& args) {
       }
     } else if (a == "--ranks" || a == "--tokens" || a == "--steps" || a == "--seed") {
       std::uint64_t n = 0;
-      if (i + 1 >= args.size() || !parse_number(args[i + 1], n, a == "--seed"))
+      if (i + 1 >= args.size() || !parse_count(args[i + 1], n, a == "--seed"))
         return usage_error("verify", a + " needs a positive integer");
       ++i;
       if (a == "--ranks") {
@@ -95,13 +85,9 @@ int run_verify(const Args& args) {
     }
   }
   if (file.empty()) return usage_error("verify", "no file given");
-  Spec spec;
-  try {
-    spec = load_spec(file);
-  } catch (const std::exception& e) {
-    std::cerr << e.what();
-    return 1;
-  }
+  const std::optional<Spec> loaded = load_spec_reporting(file);
+  if (!loaded) return 1;
+  const Spec& spec = *loaded;
   cpu::VerifyReport report;
   try {
     report = cpu::verify_spec(spec, options);
