@@ -1,11 +1,22 @@
 #!/usr/bin/env bash
-# The main job: install, build, then check and explain examples/gpt_mlp.fp8.
+# The main job: install, build, then take examples/gpt_mlp.fp8 through the
+# front end (check, explain), the planner (plan) and the kernel generator
+# (compile: NVRTC, no GPU needed), and run the CPU distributed oracle
+# (verify) on a small example.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh >/dev/null
+fp8c=build/tools/fp8c
 spec=examples/gpt_mlp.fp8
 echo "== fp8c check $spec"
-build/tools/fp8c check "$spec" && echo "ok"
+$fp8c check "$spec" && echo "ok"
 echo "== fp8c explain $spec"
-build/tools/fp8c explain "$spec"
+$fp8c explain "$spec"
+echo "== fp8c plan $spec --layer fc1"
+$fp8c plan "$spec" --layer fc1
+echo "== fp8c compile $spec (sm_90a, through NVRTC)"
+$fp8c compile "$spec" --cache-dir "$(mktemp -d)"
+small=examples/current_scaling_debug.fp8
+echo "== fp8c verify $small --tokens 64 (2 CPU ranks over gloo vs 1 rank vs float64)"
+$fp8c verify "$small" --tokens 64
