@@ -23,7 +23,11 @@ inline bool fp8_close_for_dact(std::uint8_t got, std::uint8_t want, float grad, 
   const float a = numerics::fp8_to_float(got, f), b = numerics::fp8_to_float(want, f);
   if (std::isnan(a) || std::isnan(b)) return false;
   const float larger = std::max(std::fabs(a), std::fabs(b));
-  const float step = larger * (format == Fp8Format::e4m3 ? 0.125f : 0.25f) + 1e-30f;
+  // The grid step at that magnitude: relative for normal values, the
+  // subnormal spacing (2^-9 for E4M3, 2^-16 for E5M2) below them.
+  const float relative_step = larger * (format == Fp8Format::e4m3 ? 0.125f : 0.25f);
+  const float subnormal_step = format == Fp8Format::e4m3 ? 0x1p-9f : 0x1p-16f;
+  const float step = std::max(relative_step, subnormal_step);
   return std::fabs(a - b) <= 2e-3f * std::fabs(grad) * scale + step;
 }
 
