@@ -1,8 +1,6 @@
 #include "dsl/checker.hpp"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include "dsl/parser.hpp"
 

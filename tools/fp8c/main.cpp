@@ -1,4 +1,4 @@
-// fp8c: check, format, explain (and later plan, verify, emit, compile, bench)
+// fp8c: check, format, explain, plan, emit, compile and verify
 // .fp8 layer specs.
 
 #include <iostream>
