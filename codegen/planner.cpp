@@ -249,6 +249,20 @@ class LayerPlanner {
     return q;
   }
 
+  // Partial sums over the group (a row layer's Y, a column layer's dX),
+  // summed in high precision: reduce-scattered along tokens under sequence
+  // parallelism, else all-reduced.
+  void reduce_partials(std::vector<Step>& pass, int partial, int out) {
+    Step red;
+    red.kind = sp_ ? StepKind::reduce_scatter : StepKind::all_reduce;
+    red.dim = 0;
+    red.inputs = {partial};
+    red.outputs = {out};
+    red.bytes_per_rank =
+        sp_ ? all_gather_bytes(at(partial).bytes(), R_) : all_reduce_bytes(at(partial).bytes(), R_);
+    pass.push_back(red);
+  }
+
   int amax_all_reduce(std::vector<Step>& pass, int amax) {
     Step r;
     r.kind = StepKind::amax_all_reduce;
@@ -451,15 +465,8 @@ class LayerPlanner {
     const int partial = hp_tensor("y.partial", tokens_all_, out_, hp_, false);
     g.outputs = {partial};
     f.push_back(g);
-    Step red;
-    red.kind = sp_ ? StepKind::reduce_scatter : StepKind::all_reduce;
-    red.dim = 0;
-    red.inputs = {partial};
     const int reduced = hp_tensor("y.reduced", tokens_out_, out_, hp_, false);
-    red.outputs = {reduced};
-    red.bytes_per_rank =
-        sp_ ? all_gather_bytes(at(partial).bytes(), R_) : all_reduce_bytes(at(partial).bytes(), R_);
-    f.push_back(red);
+    reduce_partials(f, partial, reduced);
     if (layer_.bias || layer_.activation != Activation::none || chained_out_) {
       Step e;
       e.kind = StepKind::epilogue;
@@ -591,14 +598,7 @@ class LayerPlanner {
             hp_tensor("dx.partial", tokens_all_, Dim{"in", layer_.in, layer_.in}, hp_, false);
         g.outputs = {partial};
         b.push_back(g);
-        Step red;
-        red.kind = sp_ ? StepKind::reduce_scatter : StepKind::all_reduce;
-        red.dim = 0;
-        red.inputs = {partial};
-        red.outputs = {hp_tensor("dx", tokens_in_, in_, hp_, false)};
-        red.bytes_per_rank = sp_ ? all_gather_bytes(at(partial).bytes(), R_)
-                                 : all_reduce_bytes(at(partial).bytes(), R_);
-        b.push_back(red);
+        reduce_partials(b, partial, hp_tensor("dx", tokens_in_, in_, hp_, false));
       } else {
         g.outputs = {hp_tensor("dx", column_ ? tokens_in_ : tokens_all_, in_, hp_, false)};
         b.push_back(g);
