@@ -8,6 +8,7 @@
 #include "codegen/numerics/half.hpp"
 #include "codegen/numerics/mx_scale.hpp"
 #include "codegen/numerics/scale.hpp"
+#include "runtime/reference/element.hpp"
 
 namespace fp8c::runtime {
 namespace {
@@ -26,14 +27,6 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
   return (a + b - 1) / b;
 }
 
-float load(ElemType type, const void* data, std::int64_t i) {
-  if (type == ElemType::bf16)
-    return numerics::bf16_to_float(static_cast<const std::uint16_t*>(data)[i]);
-  if (type == ElemType::fp16)
-    return numerics::fp16_to_float(static_cast<const std::uint16_t*>(data)[i]);
-  return static_cast<const float*>(data)[i];
-}
-
 // One usage: physical [outer][inner] where element (o, n) is logical
 // (o, n) rowwise or (n, o) columnwise.
 void quantize_usage(const BlockQuantizeKernel& k, const void* x, std::int64_t rows,
@@ -41,10 +34,10 @@ void quantize_usage(const BlockQuantizeKernel& k, const void* x, std::int64_t ro
                     std::vector<std::uint8_t>& scales) {
   const std::int64_t outer = columnwise ? cols : rows, inner = columnwise ? rows : cols;
   const auto at = [&](std::int64_t o, std::int64_t n) {
-    return columnwise ? load(k.input, x, n * cols + o) : load(k.input, x, o * cols + n);
+    return columnwise ? load_element(k.input, x, n * cols + o)
+                      : load_element(k.input, x, o * cols + n);
   };
-  const auto fmt =
-      k.format == Fp8Format::e4m3 ? numerics::Fp8Format::e4m3 : numerics::Fp8Format::e5m2;
+  const auto fmt = numerics_format(k.format);
   const Blocks b = blocks_of(k.scaling);
   const std::int64_t outer_blocks = ceil_div(outer, b.outer),
                      inner_blocks = ceil_div(inner, b.inner);

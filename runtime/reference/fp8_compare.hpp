@@ -13,13 +13,14 @@
 
 #include "codegen/numerics/fp8.hpp"
 #include "fp8c/spec.hpp"
+#include "runtime/reference/element.hpp"
 
 namespace fp8c::runtime {
 
 inline bool fp8_close_for_dact(std::uint8_t got, std::uint8_t want, float grad, float scale,
                                Fp8Format format) {
   if (got == want) return true;
-  const auto f = format == Fp8Format::e4m3 ? numerics::Fp8Format::e4m3 : numerics::Fp8Format::e5m2;
+  const auto f = numerics_format(format);
   const float a = numerics::fp8_to_float(got, f), b = numerics::fp8_to_float(want, f);
   if (std::isnan(a) || std::isnan(b)) return false;
   const float larger = std::max(std::fabs(a), std::fabs(b));

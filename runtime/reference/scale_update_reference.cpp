@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "codegen/numerics/scale.hpp"
+#include "runtime/reference/element.hpp"
 
 namespace fp8c::runtime {
 
@@ -19,8 +20,7 @@ ScaleUpdateState reference_scale_update(const ScaleUpdateKernel& k, ScaleUpdateS
     float* h = state.history.data() + t * len;
     for (std::size_t i = len - 1; i > 0; --i) h[i] = h[i - 1];
     h[0] = amax[t];
-    const auto format =
-        k.formats[t] == Fp8Format::e4m3 ? numerics::Fp8Format::e4m3 : numerics::Fp8Format::e5m2;
+    const auto format = numerics_format(k.formats[t]);
     state.scale[t] = numerics::delayed_scaling_update(std::span<const float>(h, len), rule, format,
                                                       k.margin, state.scale[t]);
     state.scale_inv[t] = numerics::scale_inverse(state.scale[t]);

@@ -20,6 +20,7 @@
 #include "codegen/numerics/half.hpp"
 #include "kernel_variants.hpp"
 #include "runtime/quantize_launcher.hpp"
+#include "runtime/reference/element.hpp"
 #include "runtime/reference/fp8_compare.hpp"
 #include "runtime/reference/quantize_reference.hpp"
 
@@ -79,17 +80,6 @@ struct Shape {
   int rows, cols;
 };
 
-float grad_at(ElemType type, const std::vector<unsigned char>& x, std::size_t i) {
-  if (type == ElemType::fp32) {
-    float f;
-    std::memcpy(&f, &x[i * 4], 4);
-    return f;
-  }
-  std::uint16_t h;
-  std::memcpy(&h, &x[i * 2], 2);
-  return type == ElemType::bf16 ? numerics::bf16_to_float(h) : numerics::fp16_to_float(h);
-}
-
 void run_case(const QuantizeKernel& k, Shape shape, Data data, std::uint32_t seed) {
   SCOPED_TRACE(k.name() + " " + std::to_string(shape.rows) + "x" + std::to_string(shape.cols) +
                (data == Data::finite ? " finite" : " any-bits") + " seed " + std::to_string(seed));
@@ -144,7 +134,9 @@ void run_case(const QuantizeKernel& k, Shape shape, Data data, std::uint32_t see
       // The row-major index of the element behind output i.
       const std::size_t element = transposed ? (i % shape.rows) * shape.cols + i / shape.rows : i;
       const bool ok = exact ? got[i] == expected[i]
-                            : fp8_close_for_dact(got[i], expected[i], grad_at(k.input, x, element),
+                            : fp8_close_for_dact(got[i], expected[i],
+                                                 load_element(k.input, x.data(),
+                                                              static_cast<std::int64_t>(element)),
                                                  want.scale, k.format);
       if (!ok && ++mismatches <= 5)
         ADD_FAILURE() << what << "[" << i << "] = 0x" << std::hex << int(got[i]) << ", want 0x"
