@@ -1,0 +1,74 @@
+// A GEMM as the GPU executor asks for it, independent of what runs it:
+// cuBLASLt now (cublaslt_gemm.cpp), the generated wgmma GEMM later. The
+// executor only ever sees GemmRunner.
+//
+// Row-major throughout, "TN" as Hopper's FP8 tensor cores need it: both
+// operands keep K innermost.
+//   D[M][N] = act( alpha * (A[M][K] . B[N][K]^T) + bias[N] (+ D when accumulate) )
+//   alpha   = a.scale_inv * b.scale_inv for per-tensor FP8 operands, 1 otherwise
+//   aux     = the pre-activation (alpha * A.B^T + bias), stored when activation != none
+// An FP8 D is written as fp8(D * d_scale) (saturating), and d_amax, when
+// set, receives max |D| before that scaling.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "codegen/plan.hpp"
+#include "fp8c/spec.hpp"
+#include "runtime/cuda_driver.hpp"
+
+namespace fp8c::runtime {
+
+struct GemmOperand {
+  CUdeviceptr data = 0;
+  ElemType type = ElemType::bf16;  // e4m3, e5m2, bf16, fp16 or fp32
+  std::int64_t rows = 0;           // M for a, N for b
+  std::int64_t k = 0;
+  std::int64_t ld = 0;  // elements from one row to the next (>= k)
+  // none: high precision; per_tensor: scale_inv points at one float;
+  // block_1x128 / block_128x128 / mx_1x32: scale_inv points at the block
+  // scale tensor the quantize kernels write (codegen/kernels/block_quantize.hpp).
+  Scaling scaling = Scaling::none;
+  CUdeviceptr scale_inv = 0;
+};
+
+struct GemmArgs {
+  GemmOperand a;  // [M][K]
+  GemmOperand b;  // [N][K]
+  CUdeviceptr d = 0;
+  ElemType d_type = ElemType::bf16;  // bf16, fp16, fp32, e4m3 or e5m2
+  std::int64_t ldd = 0;
+  bool accumulate = false;  // D += (fp32 D only)
+  CUdeviceptr bias = 0;     // [N] in bias_type; 0 for none
+  ElemType bias_type = ElemType::bf16;
+  Activation activation = Activation::none;
+  CUdeviceptr aux = 0;  // [M][ld_aux] in aux_type, with activation
+  ElemType aux_type = ElemType::bf16;
+  std::int64_t ld_aux = 0;
+  CUdeviceptr d_scale = 0;  // FP8 D only: one float
+  CUdeviceptr d_amax = 0;   // optional: one float, max |D| (pre-scale)
+};
+
+class GemmRunner {
+ public:
+  virtual ~GemmRunner() = default;
+  virtual std::string_view name() const = 0;
+  // Whether this runner can do `args` as asked (types, scaling, epilogue,
+  // alignment). When not, `why` (if given) says what it lacks, so the
+  // executor can fall back or report it.
+  virtual bool supports(const GemmArgs& args, std::string* why = nullptr) const = 0;
+  // Enqueues the GEMM on `stream`. Throws std::runtime_error naming the
+  // failing call; throws std::invalid_argument for args supports() refuses.
+  virtual void run(const GemmArgs& args, CUstream stream) = 0;
+};
+
+// cuBLASLt, loaded with dlopen (libcublasLt.so.13, then .12). Throws
+// Unavailable (runtime/dynamic_library.hpp) naming the library when it
+// cannot be loaded. Needs the device's context current on the calling
+// thread; owns a workspace on that device.
+std::unique_ptr<GemmRunner> make_cublaslt_runner();
+
+}  // namespace fp8c::runtime
