@@ -44,8 +44,8 @@ void QuantizeLauncher::launch(const QuantizeArgs& a, CUstream stream) const {
   runtime::launch(function_, shape, stream, args);
 }
 
-DbiasReduceLauncher::DbiasReduceLauncher(const Jit& jit)
-    : compiled_(jit.compile(emit_cuda_dbias_reduce())),
+DbiasReduceLauncher::DbiasReduceLauncher(const Jit& jit, ElemType output)
+    : compiled_(jit.compile(emit_cuda_dbias_reduce(output))),
       module_(compiled_.cubin),
       function_(module_.function(compiled_.entry)) {}
 

@@ -17,7 +17,7 @@ struct QuantizeArgs {
   CUdeviceptr columnwise = 0;
   CUdeviceptr amax_out = 0;       // float bits, atomically maxed: zero it first
   CUdeviceptr dbias_partial = 0;  // [tiles(rows)][cols] floats
-  CUdeviceptr scale_out = 0;      // current: where the scale used is written (optional)
+  CUdeviceptr scale_out = 0;      // current (optional): 2 floats, the scale used and its inverse
   int rows = 0;
   int cols = 0;
 };
@@ -41,10 +41,10 @@ class QuantizeLauncher {
   CUfunction function_;
 };
 
-// dbias = the sum of dbias_partial's `tiles` rows, in order.
+// dbias = the sum of dbias_partial's `tiles` rows, in order, stored as `output`.
 class DbiasReduceLauncher {
  public:
-  explicit DbiasReduceLauncher(const Jit& jit);
+  explicit DbiasReduceLauncher(const Jit& jit, ElemType output = ElemType::fp32);
   void launch(CUdeviceptr dbias, CUdeviceptr partial, int tiles, int cols, CUstream stream) const;
 
  private:

@@ -9,6 +9,7 @@ packages=(
   libboost-dev                 # Boost.Spirit X3 (header-only), the .fp8 grammar
   libgtest-dev                 # GoogleTest (static), the test suite
   libgloo-dev                  # gloo, the CPU collectives
+  libdlpack-dev                # DLPack, tensors handed over from PyTorch/CuPy/JAX
   clang-14 libclang-rt-14-dev  # libFuzzer + ASan/UBSan, the parser fuzz test
 )
 

@@ -18,6 +18,8 @@
 #include "codegen/kernels/cuda_prelude.hpp"
 #include "codegen/kernels/quantize.hpp"
 
+#include <stdexcept>
+
 namespace fp8c {
 namespace {
 
@@ -146,7 +148,14 @@ extern "C" __global__ void __launch_bounds__(256)
   const int r0 = row_tile * 128, c0 = col_tile * 128;
 #if SCALE_FROM_AMAX
   const float scale = scale_from_amax(__uint_as_float(*amax_in), FP8_MAX, POW2);
-  if (scale_out && blockIdx.x == 0 && blockIdx.y == 0 && t == 0) scale_out[0] = scale;
+  if (scale_out && blockIdx.x == 0 && blockIdx.y == 0 && t == 0) {
+    // The scale and its inverse (IEEE division, as numerics::scale_inverse):
+    // the GEMM that reads this tensor dequantizes with the inverse.
+    float inverse;
+    asm("div.rn.f32 %0, %1, %2;" : "=f"(inverse) : "f"(1.0f), "f"(scale));
+    scale_out[0] = scale;
+    scale_out[1] = inverse;
+  }
 #else
   const float scale = *scale_in;
 #endif
@@ -276,19 +285,39 @@ extern "C" __global__ void __launch_bounds__(256)
   return {k.name(), k.name(), s.str(), {}};
 }
 
-KernelSource emit_cuda_dbias_reduce() {
+KernelSource emit_cuda_dbias_reduce(ElemType output) {
+  // The sum is kept in fp32 and rounded once, to nearest even, on the store.
+  std::string store;
+  switch (output) {
+    case ElemType::fp32:
+      store = "reinterpret_cast<float*>(dbias)[c] = total;";
+      break;
+    case ElemType::bf16:
+      store = "u16 b; asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(b) : \"f\"(total)); "
+              "reinterpret_cast<u16*>(dbias)[c] = b;";
+      break;
+    case ElemType::fp16:
+      store = "u16 h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(total)); "
+              "reinterpret_cast<u16*>(dbias)[c] = h;";
+      break;
+    default:
+      throw std::invalid_argument("dbias_reduce: output must be fp32, bf16 or fp16");
+  }
+  const std::string name = output == ElemType::fp32
+                               ? std::string("dbias_reduce")
+                               : "dbias_reduce_" + std::string(to_string(output));
   const std::string source = cuda_prelude() + R"(
 // dbias[c] = sum over tiles, in tile order, of the per-tile column sums.
 extern "C" __global__ void __launch_bounds__(256)
-dbias_reduce(float* __restrict__ dbias, const float* __restrict__ partial, int tiles, int cols) {
+)" + name + R"((void* __restrict__ dbias, const float* __restrict__ partial, int tiles, int cols) {
   const int c = blockIdx.x * 256 + threadIdx.x;
   if (c >= cols) return;
   float total = 0.0f;
   for (int i = 0; i < tiles; ++i) total += partial[(long long)i * cols + c];
-  dbias[c] = total;
+  )" + store + R"(
 }
 )";
-  return {"dbias_reduce", "dbias_reduce", source, {}};
+  return {name, name, source, {}};
 }
 
 }  // namespace fp8c

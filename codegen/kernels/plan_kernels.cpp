@@ -42,6 +42,75 @@ ScaleUpdateKernel scale_update_kernel(const LayerPlan& plan, const Step& s, cons
 
 }  // namespace
 
+StepKernels kernels_for_step(const LayerPlan& plan, const Step& s, const Layer& layer) {
+  StepKernels out;
+  switch (s.kind) {
+    case StepKind::transpose:
+      out.kernels.push_back({TransposeKernel{}});
+      return out;
+    case StepKind::permute:
+      // The data and, for block scaling, its segmented scales.
+      for (int id : s.inputs)
+        out.kernels.push_back(
+            {PermuteKernel{static_cast<int>(element_bytes(plan.tensor(id).type))}});
+      return out;
+    case StepKind::scale_update:
+      out.kernels.push_back({scale_update_kernel(plan, s, layer)});
+      return out;
+    case StepKind::dequantize:
+    case StepKind::epilogue:
+      out.not_generated = true;
+      return out;
+    case StepKind::quantize:
+    case StepKind::amax:
+      break;
+    default:
+      return out;
+  }
+  const Tensor& src = plan.tensor(s.inputs.at(0));
+  if (!is_high_precision(src.type)) return out;
+  QuantizeKernel k;
+  k.input = src.type;
+  k.dact = s.fused_dact ? layer.activation : Activation::none;
+  if (s.kind == StepKind::amax) {
+    k.rowwise = false;
+    k.amax = true;
+    out.kernels.push_back({k});
+    return out;
+  }
+  const Tensor* fp8 = nullptr;
+  for (int id : s.outputs)
+    if (plan.tensor(id).is_fp8()) fp8 = &plan.tensor(id);
+  if (!fp8) return out;
+  if (fp8->scaling != Scaling::per_tensor) {
+    // Block and MX formats: each usage from high precision with its own
+    // scales. The block kernels have no fused dact or dbias yet.
+    if (s.fused_dact || s.fused_dbias) {
+      out.not_generated = true;
+      out.why = std::string(to_string(fp8->scaling)) + " with fused dact/dbias";
+      return out;
+    }
+    BlockQuantizeKernel b;
+    b.input = src.type;
+    b.format = fp8->type == ElemType::e4m3 ? Fp8Format::e4m3 : Fp8Format::e5m2;
+    b.scaling = fp8->scaling;
+    b.rowwise = s.rowwise;
+    b.columnwise = s.columnwise;
+    b.pow2 = layer.recipe.scale == ScaleForm::pow2 && fp8->scaling != Scaling::mx_1x32;
+    out.kernels.push_back({b});
+    return out;
+  }
+  k.format = fp8->type == ElemType::e4m3 ? Fp8Format::e4m3 : Fp8Format::e5m2;
+  k.rowwise = s.rowwise;
+  k.columnwise = s.columnwise;
+  k.amax = s.fused_amax;
+  k.dbias = s.fused_dbias;
+  k.scale_from_amax = layer.recipe.kind == RecipeKind::current;
+  k.pow2_scale = k.scale_from_amax && layer.recipe.scale == ScaleForm::pow2;
+  out.kernels.push_back({k});
+  return out;
+}
+
 void collect_kernels(const LayerPlan& plan, const Layer& layer, PlanKernels& into) {
   const auto walk = [&](const std::vector<Step>& steps, const char* pass) {
     for (std::size_t i = 0; i < steps.size(); ++i) {
@@ -49,66 +118,10 @@ void collect_kernels(const LayerPlan& plan, const Layer& layer, PlanKernels& int
       const std::string use = plan.layer + " " + pass + " step " + std::to_string(i) + " (" +
                               std::string(to_string(s.kind)) + " " +
                               (s.inputs.empty() ? "" : plan.tensor(s.inputs[0]).name) + ")";
-      if (s.kind == StepKind::transpose) {
-        add(into, {TransposeKernel{}}, use);
-        continue;
-      }
-      if (s.kind == StepKind::permute) {
-        // The data and, for block scaling, its segmented scales.
-        for (int id : s.inputs)
-          add(into, {PermuteKernel{static_cast<int>(element_bytes(plan.tensor(id).type))}}, use);
-        continue;
-      }
-      if (s.kind == StepKind::scale_update) {
-        add(into, {scale_update_kernel(plan, s, layer)}, use);
-        continue;
-      }
-      if (s.kind != StepKind::quantize && s.kind != StepKind::amax) {
-        if (s.kind == StepKind::dequantize || s.kind == StepKind::epilogue)
-          into.not_generated.push_back(use);
-        continue;
-      }
-      const Tensor& src = plan.tensor(s.inputs.at(0));
-      if (!is_high_precision(src.type)) continue;
-      QuantizeKernel k;
-      k.input = src.type;
-      k.dact = s.fused_dact ? layer.activation : Activation::none;
-      if (s.kind == StepKind::amax) {
-        k.rowwise = false;
-        k.amax = true;
-        add(into, {k}, use);
-        continue;
-      }
-      const Tensor* fp8 = nullptr;
-      for (int id : s.outputs)
-        if (plan.tensor(id).is_fp8()) fp8 = &plan.tensor(id);
-      if (!fp8) continue;
-      if (fp8->scaling != Scaling::per_tensor) {
-        // Block and MX formats: each usage from high precision with its own
-        // scales. The block kernels have no fused dact or dbias yet.
-        if (s.fused_dact || s.fused_dbias) {
-          into.not_generated.push_back(use + " [" + std::string(to_string(fp8->scaling)) +
-                                       " with fused dact/dbias]");
-          continue;
-        }
-        BlockQuantizeKernel b;
-        b.input = src.type;
-        b.format = fp8->type == ElemType::e4m3 ? Fp8Format::e4m3 : Fp8Format::e5m2;
-        b.scaling = fp8->scaling;
-        b.rowwise = s.rowwise;
-        b.columnwise = s.columnwise;
-        b.pow2 = layer.recipe.scale == ScaleForm::pow2 && fp8->scaling != Scaling::mx_1x32;
-        add(into, GeneratedKernel{b}, use);
-        continue;
-      }
-      k.format = fp8->type == ElemType::e4m3 ? Fp8Format::e4m3 : Fp8Format::e5m2;
-      k.rowwise = s.rowwise;
-      k.columnwise = s.columnwise;
-      k.amax = s.fused_amax;
-      k.dbias = s.fused_dbias;
-      k.scale_from_amax = layer.recipe.kind == RecipeKind::current;
-      k.pow2_scale = k.scale_from_amax && layer.recipe.scale == ScaleForm::pow2;
-      add(into, {k}, use);
+      const StepKernels k = kernels_for_step(plan, s, layer);
+      if (k.not_generated)
+        into.not_generated.push_back(k.why.empty() ? use : use + " [" + k.why + "]");
+      for (const auto& g : k.kernels) add(into, g, use);
     }
   };
   walk(plan.forward, "forward");

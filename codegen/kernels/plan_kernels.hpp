@@ -42,6 +42,16 @@ struct PlanKernels {
   std::vector<std::string> not_generated;  // steps that need a generator fp8c lacks so far
 };
 
+// The kernels one step runs, in launch order (a permute step: one per input);
+// none for collectives and GEMMs. not_generated: the step needs a generator
+// fp8c lacks so far (`why` says which form, when that helps).
+struct StepKernels {
+  std::vector<GeneratedKernel> kernels;
+  bool not_generated = false;
+  std::string why;
+};
+StepKernels kernels_for_step(const LayerPlan& plan, const Step& step, const Layer& layer);
+
 // `layer` is the spec's layer the plan was made from (its activation and recipe).
 void collect_kernels(const LayerPlan& plan, const Layer& layer, PlanKernels& into);
 

@@ -58,11 +58,13 @@ inline constexpr int kQuantizeThreads = 256;
 // Kernel arguments, in order (all pointers are device pointers; unused ones may be null):
 //   const IN* x, const IN* pre_activation, const float* scale, const unsigned* amax_in,
 //   uint8* rowwise, uint8* columnwise, unsigned* amax_out (float bits, atomic max),
-//   float* dbias_partial ([ceil(rows / 128)][cols]), float* scale_out, int rows, int cols
+//   float* dbias_partial ([ceil(rows / 128)][cols]), float* scale_out (current scaling:
+//   [0] = the scale applied, [1] = its inverse), int rows, int cols
 KernelSource emit_cuda(const QuantizeKernel& kernel);
 
-// Adds the dbias tile partials in tile order: float* dbias, const float* partial,
-// int tiles, int cols. Grid ceil(cols / 256), block 256.
-KernelSource emit_cuda_dbias_reduce();
+// Adds the dbias tile partials in tile order and stores the sum in `output`
+// (fp32, or bf16 / fp16 rounded once to nearest even): OUT* dbias,
+// const float* partial, int tiles, int cols. Grid ceil(cols / 256), block 256.
+KernelSource emit_cuda_dbias_reduce(ElemType output = ElemType::fp32);
 
 }  // namespace fp8c

@@ -132,14 +132,7 @@ class RankExecutor {
   // A tensor's name without the layer prefix and without the ".2", ".3"
   // the planner appends to a repeated name (x.scale_inv.2 is a second x
   // scale): "x", "x.amax", "dz.scale_inv", ...
-  std::string key(int id) const {
-    std::string k = plan_.tensor(id).name.substr(layer_.name.size() + 1);
-    const auto dot = k.rfind('.');
-    if (dot != std::string::npos && dot + 1 < k.size() &&
-        k.find_first_not_of("0123456789", dot + 1) == std::string::npos)
-      k.resize(dot);
-    return k;
-  }
+  std::string key(int id) const { return tensor_key(plan_, id); }
   int find(std::string_view k) const {
     const Tensor* t = plan_.find(layer_.name + "." + std::string(k));
     return t ? t->id : -1;
@@ -151,30 +144,7 @@ class RankExecutor {
   bool pow2() const { return layer_.recipe.scale == ScaleForm::pow2; }
 
   void fill_externals(const LayerData& d) {
-    for (const auto& t : plan_.tensors) {
-      if (!t.external) continue;
-      const std::string k = key(t.id);
-      if ((k == "x" && d.x.empty()) || (k == "dy" && d.dy.empty())) continue;  // handed over
-      if (k == "x") {
-        store_.write_hp(t.id, shard(d.x, layer_.in, t.dims, comm_.rank()));
-      } else if (k == "w") {
-        store_.write_hp(t.id, shard(d.w, layer_.in, t.dims, comm_.rank()));
-      } else if (k == "b") {
-        store_.write_hp(t.id, shard(d.b, 1, t.dims, comm_.rank()));
-      } else if (k == "dy") {
-        store_.write_hp(t.id, shard(d.dy, layer_.out, t.dims, comm_.rank()));
-      } else if (ends_with(k, ".scale_inv") && t.elements() == 1) {
-        store_.set_scalar(t.id, delayed_scale(k.substr(0, k.size() - 10)));
-      }
-    }
-    // A chained FP8 input (the producer's GEMM wrote it with this layer's
-    // delayed scale): stand in for the producer by quantizing X here.
-    if (const int xq = find("x.fp8.row"); xq >= 0 && plan_.tensor(xq).external && !d.x.empty()) {
-      std::vector<float> x = shard(d.x, layer_.in, plan_.tensor(xq).dims, comm_.rank());
-      for (auto& v : x) v = round_to(elem_of(layer_.dtype), v);
-      quantize_to(store_, xq, x, store_.scalar(plan_.tensor(xq).scale), false);
-      if (const int a = find("x.amax"); a >= 0) store_.set_scalar(a, numerics::amax(x));
-    }
+    fill_external_tensors(layer_, store_, state_, d, comm_.rank());
   }
 
   void run_pass(const char* pass, const std::vector<Step>& steps) {
@@ -469,37 +439,9 @@ class RankExecutor {
     }
   }
 
-  void take(std::string_view k, std::vector<float>& values, std::array<Dim, 2>& dims) {
-    const int id = find(k);
-    if (id < 0 || !store_.written(id)) return;
-    const Tensor& t = plan_.tensor(id);
-    values = t.is_fp8() ? decode(store_, id, true) : store_.read_hp(id);
-    dims = t.dims;
-  }
-
   RankStepResult results() {
-    RankStepResult r;
-    take("y.reduced", r.y, r.y_dims);
-    take("y", r.y, r.y_dims);
-    take("y.fp8.row", r.y, r.y_dims);
-    take("dx", r.dx, r.dx_dims);
-    take("dw", r.dw, r.dw_dims);
-    take("db", r.db, r.db_dims);
-    take("db.reduced", r.db, r.db_dims);
-    r.state = state_;
+    RankStepResult r = collect_step_result(layer_, store_, state_, capture_);
     r.executed = std::move(executed_);
-    for (const auto& name : capture_) {
-      const Tensor* t = plan_.find(name);
-      if (!t || !store_.written(t->id)) continue;
-      auto& c = r.captured[name];
-      const auto b = store_.bytes(t->id);
-      c.bytes.assign(b.begin(), b.end());
-      if (t->is_fp8())
-        c.logical = decode(store_, t->id, true);
-      else if (t->type != ElemType::e8m0 && t->scaling == Scaling::none && !t->segmented &&
-               t->usage == Usage::rowwise)
-        c.logical = store_.read_hp(t->id);
-    }
     return r;
   }
 
@@ -515,6 +457,88 @@ class RankExecutor {
 };
 
 }  // namespace
+
+void fill_external_tensors(const Layer& layer, TensorStore& store, const LayerState& state,
+                           const LayerData& d, int rank) {
+  const LayerPlan& plan = store.plan();
+  const auto key = [&](int id) { return tensor_key(plan, id); };
+  const auto find = [&](std::string_view k) {
+    const Tensor* t = plan.find(layer.name + "." + std::string(k));
+    return t ? t->id : -1;
+  };
+  const auto delayed_scale = [&](const std::string& k) {
+    auto it = state.delayed.find(k);
+    return it == state.delayed.end() ? 1.0f : it->second.scale;
+  };
+  for (const auto& t : plan.tensors) {
+    if (!t.external) continue;
+    const std::string k = key(t.id);
+    if ((k == "x" && d.x.empty()) || (k == "dy" && d.dy.empty())) continue;  // handed over
+    if (k == "x") {
+      store.write_hp(t.id, shard(d.x, layer.in, t.dims, rank));
+    } else if (k == "w") {
+      store.write_hp(t.id, shard(d.w, layer.in, t.dims, rank));
+    } else if (k == "b") {
+      store.write_hp(t.id, shard(d.b, 1, t.dims, rank));
+    } else if (k == "dy") {
+      store.write_hp(t.id, shard(d.dy, layer.out, t.dims, rank));
+    } else if (ends_with(k, ".scale_inv") && t.elements() == 1) {
+      store.set_scalar(t.id, delayed_scale(k.substr(0, k.size() - 10)));
+    }
+  }
+  // A chained FP8 input (the producer's GEMM wrote it with this layer's
+  // delayed scale): stand in for the producer by quantizing X here.
+  if (const int xq = find("x.fp8.row"); xq >= 0 && plan.tensor(xq).external && !d.x.empty()) {
+    std::vector<float> x = shard(d.x, layer.in, plan.tensor(xq).dims, rank);
+    for (auto& v : x) v = round_to(elem_of(layer.dtype), v);
+    quantize_to(store, xq, x, store.scalar(plan.tensor(xq).scale), false);
+    if (const int a = find("x.amax"); a >= 0) store.set_scalar(a, numerics::amax(x));
+  }
+}
+
+std::string tensor_key(const LayerPlan& plan, int id) {
+  std::string k = plan.tensor(id).name.substr(plan.layer.size() + 1);
+  const auto dot = k.rfind('.');
+  if (dot != std::string::npos && dot + 1 < k.size() &&
+      k.find_first_not_of("0123456789", dot + 1) == std::string::npos)
+    k.resize(dot);
+  return k;
+}
+
+RankStepResult collect_step_result(const Layer& layer, const TensorStore& store,
+                                   const LayerState& state,
+                                   const std::vector<std::string>& capture) {
+  const LayerPlan& plan = store.plan();
+  const auto take = [&](std::string_view k, std::vector<float>& values,
+                        std::array<Dim, 2>& dims) {
+    const Tensor* t = plan.find(layer.name + "." + std::string(k));
+    if (!t || !store.written(t->id)) return;
+    values = t->is_fp8() ? decode(store, t->id, true) : store.read_hp(t->id);
+    dims = t->dims;
+  };
+  RankStepResult r;
+  take("y.reduced", r.y, r.y_dims);
+  take("y", r.y, r.y_dims);
+  take("y.fp8.row", r.y, r.y_dims);
+  take("dx", r.dx, r.dx_dims);
+  take("dw", r.dw, r.dw_dims);
+  take("db", r.db, r.db_dims);
+  take("db.reduced", r.db, r.db_dims);
+  r.state = state;
+  for (const auto& name : capture) {
+    const Tensor* t = plan.find(name);
+    if (!t || !store.written(t->id)) continue;
+    auto& c = r.captured[name];
+    const auto b = store.bytes(t->id);
+    c.bytes.assign(b.begin(), b.end());
+    if (t->is_fp8())
+      c.logical = decode(store, t->id, true);
+    else if (t->type != ElemType::e8m0 && t->scaling == Scaling::none && !t->segmented &&
+             t->usage == Usage::rowwise)
+      c.logical = store.read_hp(t->id);
+  }
+  return r;
+}
 
 LayerData random_layer_data(const Layer& layer, std::uint64_t tokens, std::uint64_t seed) {
   std::mt19937_64 rng(seed);

@@ -103,6 +103,25 @@ std::vector<std::vector<RankStepResult>> run_layer(const Layer& layer, const Lay
                                                    const std::vector<LayerData>& steps,
                                                    const ExecutorOptions& options = {});
 
+class TensorStore;
+
+// The result of one step read from a rank's tensors (what execute_layer_step
+// returns, less `executed`). Shared with the GPU executor, which downloads
+// its buffers into a TensorStore so both are read the same way.
+RankStepResult collect_step_result(const Layer& layer, const TensorStore& store,
+                                   const LayerState& state,
+                                   const std::vector<std::string>& capture);
+
+// Writes a rank's external tensors (its shards of x, w, b, dy, the delayed
+// scales from `state`, a chained FP8 input quantized as its producer would
+// have) into `store`; the GPU executor uploads them from there.
+void fill_external_tensors(const Layer& layer, TensorStore& store, const LayerState& state,
+                           const LayerData& data, int rank);
+
+// A tensor's name without the layer prefix and without the ".2", ".3" the
+// planner appends to a repeated name: "x", "x.amax", "dz.scale_inv", ...
+std::string tensor_key(const LayerPlan& plan, int id);
+
 // One step on one rank with a communicator the caller owns.
 RankStepResult execute_layer_step(const Layer& layer, const LayerPlan& plan,
                                   collectives::Communicator& comm, const LayerData& data,
