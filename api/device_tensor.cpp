@@ -1,0 +1,71 @@
+#include <stdexcept>
+#include <utility>
+
+#include "codegen/numerics/half.hpp"
+#include "fp8c/session.hpp"
+#include "runtime/cuda_driver.hpp"
+
+namespace fp8c {
+namespace {
+
+std::size_t element_size(DType d) { return d == DType::fp32 ? 4 : 2; }
+
+}  // namespace
+
+DeviceTensor::DeviceTensor(DType dtype, std::int64_t rows, std::int64_t cols) {
+  if (rows < 0 || cols < 0) throw SessionError("DeviceTensor: negative shape");
+  ref_ = {nullptr, dtype, rows, cols};
+  const std::size_t bytes = static_cast<std::size_t>(rows * cols) * element_size(dtype);
+  CUdeviceptr p = 0;
+  if (bytes) FP8C_CU(runtime::driver().cuMemAlloc(&p, bytes));
+  ref_.data = reinterpret_cast<void*>(p);
+}
+
+DeviceTensor::~DeviceTensor() {
+  if (ref_.data) runtime::driver().cuMemFree(reinterpret_cast<CUdeviceptr>(ref_.data));
+}
+
+DeviceTensor::DeviceTensor(DeviceTensor&& other) noexcept
+    : ref_(std::exchange(other.ref_, TensorRef{})) {}
+
+DeviceTensor& DeviceTensor::operator=(DeviceTensor&& other) noexcept {
+  std::swap(ref_, other.ref_);
+  return *this;
+}
+
+void DeviceTensor::upload(const std::vector<float>& values) {
+  const auto n = static_cast<std::size_t>(ref_.rows * ref_.cols);
+  if (values.size() != n)
+    throw SessionError("DeviceTensor::upload: " + std::to_string(values.size()) +
+                       " values for " + std::to_string(n) + " elements");
+  if (n == 0) return;
+  const auto p = reinterpret_cast<CUdeviceptr>(ref_.data);
+  if (ref_.dtype == DType::fp32) {
+    FP8C_CU(runtime::driver().cuMemcpyHtoD(p, values.data(), n * 4));
+    return;
+  }
+  std::vector<std::uint16_t> bits(n);
+  for (std::size_t i = 0; i < n; ++i)
+    bits[i] = ref_.dtype == DType::bf16 ? numerics::float_to_bf16(values[i])
+                                        : numerics::float_to_fp16(values[i]);
+  FP8C_CU(runtime::driver().cuMemcpyHtoD(p, bits.data(), n * 2));
+}
+
+std::vector<float> DeviceTensor::download() const {
+  const auto n = static_cast<std::size_t>(ref_.rows * ref_.cols);
+  std::vector<float> values(n);
+  if (n == 0) return values;
+  const auto p = reinterpret_cast<CUdeviceptr>(ref_.data);
+  if (ref_.dtype == DType::fp32) {
+    FP8C_CU(runtime::driver().cuMemcpyDtoH(values.data(), p, n * 4));
+    return values;
+  }
+  std::vector<std::uint16_t> bits(n);
+  FP8C_CU(runtime::driver().cuMemcpyDtoH(bits.data(), p, n * 2));
+  for (std::size_t i = 0; i < n; ++i)
+    values[i] = ref_.dtype == DType::bf16 ? numerics::bf16_to_float(bits[i])
+                                          : numerics::fp16_to_float(bits[i]);
+  return values;
+}
+
+}  // namespace fp8c

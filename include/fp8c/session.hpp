@@ -1,0 +1,128 @@
+// fp8c's host API: load a .fp8 spec once at start-up (checked, planned, its
+// kernels JIT-compiled), then run its layers forward and backward on device
+// memory, step after step. Each layer owns its FP8 state (amax histories and
+// scales), which saves to and restores from a file.
+//
+//   fp8c::Session s("examples/gpt_mlp.fp8", {.tokens = 8192});
+//   s.forward("fc1", {x, w, b}, y);
+//   ...
+//   s.backward("fc1", dy, {dx, dw, db});   // ends fc1's step: scale update
+//
+// Shapes are this rank's shards, as `fp8c plan FILE --tokens M` prints them.
+// Errors are exceptions: fp8c::SpecError (file:line:col messages) for the
+// spec, SessionError for bad arguments or a failed step, and the runtime's
+// Unavailable when libcuda, libnvrtc or libcublasLt is missing. A failed
+// step leaves the layer's state as it was.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <dlpack/dlpack.h>
+
+#include "fp8c/dsl.hpp"
+#include "fp8c/spec.hpp"
+
+namespace fp8c {
+
+// A row-major 2-D (or 1-D, for bias) tensor in device memory.
+struct TensorRef {
+  void* data = nullptr;
+  DType dtype = DType::bf16;
+  std::int64_t rows = 0;
+  std::int64_t cols = 1;
+};
+
+// A DLPack tensor (PyTorch, CuPy, JAX) as a TensorRef, without a copy: a
+// contiguous CUDA tensor of 1 or 2 dims in bf16, fp16 or fp32. Throws
+// SessionError naming what does not fit.
+TensorRef from_dlpack(const DLTensor& tensor);
+
+class SessionError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Device memory owned by fp8c, for programs that have no framework of their
+// own to allocate with (the examples, the benchmarks). Allocated on the
+// device whose context is current: create a Session first.
+class DeviceTensor {
+ public:
+  DeviceTensor(DType dtype, std::int64_t rows, std::int64_t cols = 1);
+  ~DeviceTensor();
+  DeviceTensor(DeviceTensor&&) noexcept;
+  DeviceTensor& operator=(DeviceTensor&&) noexcept;
+  const TensorRef& ref() const { return ref_; }
+  operator const TensorRef&() const { return ref_; }
+  // Values rounded to nearest even into the tensor's dtype, and back.
+  void upload(const std::vector<float>& values);
+  std::vector<float> download() const;
+
+ private:
+  TensorRef ref_;
+};
+
+struct SessionOptions {
+  std::uint64_t tokens = 8192;  // tokens per step over the whole group (M)
+  int device = 0;               // CUDA device ordinal
+  std::string cache_dir;        // kernel cache; empty: FP8C_CACHE_DIR or ~/.cache/fp8c
+  unsigned compile_threads = 0; // 0: one per core
+  std::chrono::milliseconds collective_timeout{60'000};
+};
+
+struct LayerInputs {
+  TensorRef x, w, bias;  // bias.data null when the layer has none
+};
+struct LayerGrads {
+  TensorRef dx, dw, dbias;  // dw is fp32; dbias.data null when the layer has none
+};
+
+struct KernelReport {
+  std::string name;
+  double compile_ms = 0;
+  bool cache_hit = false;
+  int registers = 0;
+};
+
+class Session {
+ public:
+  // One rank (tensor_parallel is planned as 1 unless `ranks` says more and a
+  // communicator is attached; multi-rank sessions come with NCCL).
+  Session(const std::string& spec_path, const SessionOptions& options = {});
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  const Spec& spec() const;
+  std::vector<std::string> layers() const;
+  const std::vector<KernelReport>& kernels() const;
+  // Shape this rank's tensor `key` ("x", "w", "y", "dw", ...) has in `layer`.
+  std::vector<std::int64_t> shape(const std::string& layer, const std::string& key) const;
+
+  // Enqueue on `stream` (a CUstream; null: the session's own stream).
+  // forward keeps what backward needs; x must stay valid until backward
+  // when the layer saves its original input.
+  void forward(const std::string& layer, const LayerInputs& in, const TensorRef& y,
+               void* stream = nullptr);
+  // Backward and the end of the layer's step: waits for the stream, fails
+  // (state unchanged) on a NaN under `nan = error`, then updates the scales.
+  void backward(const std::string& layer, const TensorRef& dy, const LayerGrads& out,
+                void* stream = nullptr);
+  void synchronize();
+
+  // Every layer's FP8 state. load_state checks the whole file (format,
+  // checksum, layer and tensor names, history lengths) before changing any
+  // layer; a bad file changes nothing.
+  void save_state(const std::string& path) const;
+  void load_state(const std::string& path);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fp8c

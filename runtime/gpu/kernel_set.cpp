@@ -1,0 +1,71 @@
+#include "runtime/gpu/kernel_set.hpp"
+
+#include <stdexcept>
+#include <type_traits>
+
+namespace fp8c::runtime {
+
+KernelSet::KernelSet(const Jit& jit, const std::vector<GeneratedKernel>& kernels,
+                     const std::vector<ElemType>& dbias_outputs, unsigned threads) {
+  // Compile everything in parallel first; the launchers below then read the
+  // cubins back from the cache.
+  std::vector<KernelSource> sources;
+  for (const auto& k : kernels) sources.push_back(emit_cuda(k));
+  for (ElemType t : dbias_outputs) sources.push_back(emit_cuda_dbias_reduce(t));
+  compiled_ = jit.compile_all(sources, threads);
+
+  for (const auto& k : kernels) {
+    std::visit(
+        [&](const auto& d) {
+          using D = std::decay_t<decltype(d)>;
+          const std::string name = d.name();
+          if constexpr (std::is_same_v<D, QuantizeKernel>)
+            quantize_.try_emplace(name, std::make_unique<QuantizeLauncher>(jit, d));
+          else if constexpr (std::is_same_v<D, BlockQuantizeKernel>)
+            block_quantize_.try_emplace(name, std::make_unique<BlockQuantizeLauncher>(jit, d));
+          else if constexpr (std::is_same_v<D, TransposeKernel>)
+            transpose_.try_emplace(name, std::make_unique<TransposeLauncher>(jit, d));
+          else if constexpr (std::is_same_v<D, PermuteKernel>)
+            permute_.try_emplace(name, std::make_unique<PermuteLauncher>(jit, d));
+          else if constexpr (std::is_same_v<D, ScaleUpdateKernel>)
+            scale_update_.try_emplace(name, std::make_unique<ScaleUpdateLauncher>(jit, d));
+          else
+            static_assert(sizeof(D) == 0, "KernelSet: a GeneratedKernel alternative is not loaded");
+        },
+        k.description);
+  }
+  for (ElemType t : dbias_outputs)
+    dbias_reduce_.try_emplace(std::string(to_string(t)),
+                              std::make_unique<DbiasReduceLauncher>(jit, t));
+}
+
+template <typename L>
+const L& KernelSet::find(const std::map<std::string, std::unique_ptr<L>>& m,
+                         const std::string& name) const {
+  auto it = m.find(name);
+  if (it == m.end())
+    throw std::logic_error("kernel set: kernel '" + name +
+                           "' was not compiled for this plan (planner and executor disagree)");
+  return *it->second;
+}
+
+const QuantizeLauncher& KernelSet::quantize(const QuantizeKernel& k) const {
+  return find(quantize_, k.name());
+}
+const BlockQuantizeLauncher& KernelSet::block_quantize(const BlockQuantizeKernel& k) const {
+  return find(block_quantize_, k.name());
+}
+const TransposeLauncher& KernelSet::transpose() const {
+  return find(transpose_, TransposeKernel{}.name());
+}
+const PermuteLauncher& KernelSet::permute(const PermuteKernel& k) const {
+  return find(permute_, k.name());
+}
+const ScaleUpdateLauncher& KernelSet::scale_update(const ScaleUpdateKernel& k) const {
+  return find(scale_update_, k.name());
+}
+const DbiasReduceLauncher& KernelSet::dbias_reduce(ElemType output) const {
+  return find(dbias_reduce_, std::string(to_string(output)));
+}
+
+}  // namespace fp8c::runtime

@@ -1,0 +1,52 @@
+// Every generated kernel a set of layer plans needs, compiled (in parallel,
+// through the cubin cache) and loaded into the current context once, then
+// shared by all the ranks that run in this process: a CUfunction may be
+// launched from any thread that has its context current.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codegen/kernels/plan_kernels.hpp"
+#include "runtime/block_quantize_launcher.hpp"
+#include "runtime/jit.hpp"
+#include "runtime/kernel_launchers.hpp"
+#include "runtime/quantize_launcher.hpp"
+
+namespace fp8c::runtime {
+
+class KernelSet {
+ public:
+  // Compiles `kernels` on `threads` threads (0: one per core), then loads
+  // them; also the dbias reductions for the output types in `dbias_outputs`.
+  KernelSet(const Jit& jit, const std::vector<GeneratedKernel>& kernels,
+            const std::vector<ElemType>& dbias_outputs, unsigned threads = 0);
+
+  // The loaded launcher for a description; throws std::logic_error naming
+  // the kernel when the set was built without it.
+  const QuantizeLauncher& quantize(const QuantizeKernel& k) const;
+  const BlockQuantizeLauncher& block_quantize(const BlockQuantizeKernel& k) const;
+  const TransposeLauncher& transpose() const;
+  const PermuteLauncher& permute(const PermuteKernel& k) const;
+  const ScaleUpdateLauncher& scale_update(const ScaleUpdateKernel& k) const;
+  const DbiasReduceLauncher& dbias_reduce(ElemType output) const;
+
+  // Compile statistics, in the order given (for `fp8c bench` and logs).
+  const std::vector<CompiledKernel>& compiled() const { return compiled_; }
+
+ private:
+  template <typename L>
+  const L& find(const std::map<std::string, std::unique_ptr<L>>& m, const std::string& name) const;
+
+  std::vector<CompiledKernel> compiled_;
+  std::map<std::string, std::unique_ptr<QuantizeLauncher>> quantize_;
+  std::map<std::string, std::unique_ptr<BlockQuantizeLauncher>> block_quantize_;
+  std::map<std::string, std::unique_ptr<TransposeLauncher>> transpose_;
+  std::map<std::string, std::unique_ptr<PermuteLauncher>> permute_;
+  std::map<std::string, std::unique_ptr<ScaleUpdateLauncher>> scale_update_;
+  std::map<std::string, std::unique_ptr<DbiasReduceLauncher>> dbias_reduce_;
+};
+
+}  // namespace fp8c::runtime

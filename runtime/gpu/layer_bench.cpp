@@ -1,0 +1,170 @@
+#include "runtime/gpu/layer_bench.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include "codegen/numerics/half.hpp"
+#include "codegen/planner.hpp"
+#include "runtime/comm/local_device_group.hpp"
+#include "runtime/gemm/gemm.hpp"
+#include "runtime/gpu/kernel_set.hpp"
+#include "runtime/gpu/layer_state.hpp"
+#include "runtime/gpu/rank_executor.hpp"
+
+namespace fp8c::runtime {
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// A device buffer of uniform random values in [-range, range), generated
+// on the host with a cheap generator (the values only need to be varied).
+DeviceBuffer random_buffer(const Tensor& t, std::uint64_t seed, float range) {
+  const std::size_t n = t.elements();
+  DeviceBuffer b(std::max<std::size_t>(t.bytes(), 4));
+  std::uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  const auto next = [&] {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return (static_cast<float>(s >> 40) / 16777216.0f * 2.0f - 1.0f) * range;
+  };
+  if (t.type == ElemType::fp32) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = next();
+    b.upload(v.data(), n * 4);
+  } else {
+    std::vector<std::uint16_t> v(n);
+    for (auto& x : v)
+      x = t.type == ElemType::bf16 ? numerics::float_to_bf16(next())
+                                   : numerics::float_to_fp16(next());
+    b.upload(v.data(), n * 2);
+  }
+  return b;
+}
+
+}  // namespace
+
+std::vector<LayerBenchResult> bench_layers(const Spec& spec, const Device& device, const Jit& jit,
+                                           const LayerBenchOptions& o) {
+  device.make_current();
+  PlanOptions po;
+  po.ranks = 1;
+  po.tokens = o.tokens;
+  const Plan plan = plan_spec(spec, po);
+  LocalDeviceGroup group(1, std::chrono::milliseconds(60'000), jit);
+  auto comm = group.communicator(0);
+  auto gemm = make_cublaslt_runner();
+  Stream stream;
+  std::vector<LayerBenchResult> results;
+  for (const auto& lp : plan.layers) {
+    if (!o.layer.empty() && lp.layer != o.layer) continue;
+    const Layer& layer = *spec.find_layer(lp.layer);
+    if (lp.find(layer.name + ".x.fp8.row") && lp.find(layer.name + ".x.fp8.row")->external)
+      throw ExecutorError("bench: layer '" + layer.name +
+                          "' takes an FP8 input from its producer; bench it with output = bf16");
+    const LayerKernels needed = layer_kernels(layer, lp);
+    KernelSet kernels(jit, needed.kernels, needed.dbias_outputs);
+    DeviceLayerState state(layer, lp);
+    GpuRankExecutor exec(layer, lp, {kernels, *comm, *gemm, stream.get()}, state);
+    // Two sets of inputs, used in turn.
+    std::map<std::string, std::vector<DeviceBuffer>> inputs;
+    for (const char* key : {"x", "w", "b", "dy"}) {
+      const Tensor* t = lp.find(layer.name + "." + key);
+      if (!t) continue;
+      for (int copy = 0; copy < 2; ++copy)
+        inputs[key].push_back(random_buffer(*t, copy * 131 + key[0], key[0] == 'd' ? 1e-3f : 1.0f));
+    }
+    const auto bind = [&](int i) {
+      for (auto& [key, buffers] : inputs) exec.bind(key, buffers[static_cast<std::size_t>(i % 2)].get());
+    };
+    Event start, stop;
+    const auto timed = [&](auto&& body) {
+      start.record(stream.get());
+      body();
+      stop.record(stream.get());
+      stop.synchronize();
+      return static_cast<double>(stop.since(start));
+    };
+    const auto whole_step = [&] {
+      exec.forward();
+      exec.backward();
+      exec.update();
+    };
+    for (int i = 0; i < o.warmup; ++i) {
+      bind(i);
+      whole_step();
+    }
+    exec.synchronize();
+    std::vector<double> steps, gemms;
+    for (int i = 0; i < o.iterations; ++i) {
+      bind(i);
+      steps.push_back(timed(whole_step));
+    }
+    for (int i = 0; i < o.iterations; ++i) {
+      bind(i);
+      gemms.push_back(timed([&] { exec.run_gemms_only(); }));
+    }
+    // Per-step breakdown inside whole steps.
+    StepProfiler profiler;
+    std::map<std::string, std::vector<double>> per_step;
+    std::vector<StepTiming> order;
+    exec.set_profiler(&profiler);
+    for (int i = 0; i < std::min(o.iterations, 10); ++i) {
+      profiler.reset();
+      bind(i);
+      whole_step();
+      exec.synchronize();
+      const auto t = profiler.timings();
+      if (order.empty()) order = t;
+      for (const auto& s : t) per_step[s.label].push_back(s.milliseconds);
+    }
+    exec.set_profiler(nullptr);
+    LayerBenchResult r;
+    r.layer = layer.name;
+    r.tokens = o.tokens;
+    r.in = layer.in;
+    r.out = layer.out;
+    r.step_ms = median(steps);
+    r.gemm_ms = median(gemms);
+    r.flops = 6.0 * double(o.tokens) * double(layer.in) * double(layer.out);
+    for (auto& s : order) {
+      s.milliseconds = static_cast<float>(median(per_step[s.label]));
+      r.breakdown.push_back(s);
+    }
+    results.push_back(std::move(r));
+  }
+  return results;
+}
+
+std::string format_bench(const std::vector<LayerBenchResult>& results, bool breakdown) {
+  std::ostringstream out;
+  char line[256];
+  for (const auto& r : results) {
+    std::snprintf(line, sizeof line,
+                  "layer %s (%llu tokens, in %llu, out %llu): step %.3f ms, its GEMMs alone %.3f ms, "
+                  "ratio %.3f, %.0f TFLOP/s over the step\n",
+                  r.layer.c_str(), static_cast<unsigned long long>(r.tokens),
+                  static_cast<unsigned long long>(r.in), static_cast<unsigned long long>(r.out),
+                  r.step_ms, r.gemm_ms, r.ratio(), r.flops / (r.step_ms * 1e-3) / 1e12);
+    out << line;
+    if (!breakdown) continue;
+    double total = 0;
+    for (const auto& s : r.breakdown) total += s.milliseconds;
+    for (const auto& s : r.breakdown) {
+      std::snprintf(line, sizeof line, "  %-60s %9.3f ms %5.1f%%\n", s.label.c_str(),
+                    s.milliseconds, total > 0 ? 100.0 * s.milliseconds / total : 0.0);
+      out << line;
+    }
+  }
+  return out.str();
+}
+
+}  // namespace fp8c::runtime

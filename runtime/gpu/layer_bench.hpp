@@ -1,0 +1,41 @@
+// One training step of each layer of a spec on one GPU (one rank), timed:
+// the whole step (forward, backward, scale update) and, for the ratio the
+// issue's target is stated in, the same GEMMs run alone on the same buffers.
+// Medians of CUDA-event times; two sets of inputs used in turn so a step
+// does not find the previous step's inputs in L2. `fp8c bench` and
+// bench/layer_bench print it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "fp8c/spec.hpp"
+#include "runtime/device.hpp"
+#include "runtime/gpu/step_profiler.hpp"
+#include "runtime/jit.hpp"
+
+namespace fp8c::runtime {
+
+struct LayerBenchOptions {
+  std::uint64_t tokens = 8192;
+  int warmup = 5;
+  int iterations = 30;
+  std::string layer;  // only this one; empty: every layer
+};
+
+struct LayerBenchResult {
+  std::string layer;
+  std::uint64_t tokens = 0, in = 0, out = 0;
+  double step_ms = 0;          // median of whole steps
+  double gemm_ms = 0;          // median of the GEMMs alone (all of them, one step's worth)
+  double flops = 0;            // GEMM FLOPs of one step
+  std::vector<StepTiming> breakdown;  // per step, medians, inside whole steps
+  double ratio() const { return gemm_ms > 0 ? step_ms / gemm_ms : 0; }
+};
+
+std::vector<LayerBenchResult> bench_layers(const Spec& spec, const Device& device, const Jit& jit,
+                                           const LayerBenchOptions& options);
+
+std::string format_bench(const std::vector<LayerBenchResult>& results, bool breakdown);
+
+}  // namespace fp8c::runtime

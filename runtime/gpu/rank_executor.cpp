@@ -1,0 +1,539 @@
+#include "runtime/gpu/rank_executor.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+namespace fp8c::runtime {
+namespace {
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// A plan tensor named "<key>.scale_inv" with a repeat suffix is still a scale pair.
+bool is_per_tensor_scale(const LayerPlan& plan, int id) {
+  const Tensor& t = plan.tensor(id);
+  return t.type == ElemType::fp32 && t.elements() == 1 &&
+         ends_with(cpu::tensor_key(plan, id), ".scale_inv");
+}
+
+DType collective_dtype(ElemType t) {
+  switch (t) {
+    case ElemType::bf16:
+      return DType::kBFloat16;
+    case ElemType::fp16:
+      return DType::kFloat16;
+    case ElemType::fp32:
+      return DType::kFloat32;
+    default:
+      throw ExecutorError("gpu executor: a sum over ranks of an FP8 tensor");
+  }
+}
+
+const char* k_dim_name(GemmRole role) {
+  return role == GemmRole::fprop ? "in" : role == GemmRole::dgrad ? "out" : "tokens";
+}
+
+std::size_t round_up(std::size_t v, std::size_t to) { return (v + to - 1) / to * to; }
+
+}  // namespace
+
+LayerKernels layer_kernels(const Layer& layer, const LayerPlan& plan) {
+  LayerKernels out;
+  std::string missing;
+  for (const auto* pass : {&plan.forward, &plan.backward, &plan.update}) {
+    for (const Step& s : *pass) {
+      StepKernels k = kernels_for_step(plan, s, layer);
+      if (k.not_generated)
+        missing += "\n  " + std::string(to_string(s.kind)) + " " +
+                   (s.inputs.empty() ? "" : plan.tensor(s.inputs[0]).name) +
+                   (k.why.empty() ? "" : " [" + k.why + "]");
+      for (auto& g : k.kernels)
+        if (std::find(out.kernels.begin(), out.kernels.end(), g) == out.kernels.end())
+          out.kernels.push_back(std::move(g));
+      if (s.kind == StepKind::quantize && s.fused_dbias)
+        for (int id : s.outputs)
+          if (cpu::tensor_key(plan, id) == "db" &&
+              std::find(out.dbias_outputs.begin(), out.dbias_outputs.end(),
+                        plan.tensor(id).type) == out.dbias_outputs.end())
+            out.dbias_outputs.push_back(plan.tensor(id).type);
+    }
+  }
+  if (!missing.empty())
+    throw ExecutorError("gpu executor: layer '" + layer.name +
+                        "' has steps without a generated kernel yet:" + missing);
+  // `nan = error` is checked on the amax of every quantized tensor: a step
+  // that computes none (block formats) cannot be checked on the GPU yet.
+  if (layer.recipe.nan == NanPolicy::error)
+    for (const auto* pass : {&plan.forward, &plan.backward})
+      for (const Step& s : *pass)
+        if (s.kind == StepKind::quantize && !s.fused_amax &&
+            layer.recipe.kind != RecipeKind::current)
+          throw ExecutorError("gpu executor: layer '" + layer.name +
+                              "': nan = error needs an amax of " +
+                              plan.tensor(s.inputs[0]).name +
+                              ", which this recipe does not compute on the GPU yet");
+  return out;
+}
+
+GpuRankExecutor::GpuRankExecutor(const Layer& layer, const LayerPlan& plan,
+                                 const RankResources& resources, DeviceLayerState& state)
+    : layer_(layer), plan_(plan), r_(resources), state_(state) {
+  for (const auto& [steps, kernels] :
+       {std::pair{&plan.forward, &forward_kernels_}, std::pair{&plan.backward, &backward_kernels_},
+        std::pair{&plan.update, &update_kernels_}})
+    for (const Step& s : *steps) kernels->push_back(kernels_for_step(plan, s, layer));
+
+  // Lay out the arena: 256-byte aligned tensors; per-tensor scales as
+  // (scale, inverse) pairs; delayed-scaling state as views.
+  const std::size_t n = plan.tensors.size();
+  addresses_.assign(n, 0);
+  slot_bytes_.assign(n, 0);
+  state_view_.assign(n, false);
+  written_.assign(n, false);
+  std::vector<std::size_t> offsets(n, 0);
+  std::size_t total = 0;
+  for (const Tensor& t : plan.tensors) {
+    const std::size_t i = static_cast<std::size_t>(t.id);
+    const std::string k = key(t.id);
+    if (ends_with(k, ".amax.reduced") || (is_per_tensor_scale(plan, t.id) && t.external) ||
+        ends_with(k, ".scale_inv.next")) {
+      std::string base = k.substr(0, k.rfind(ends_with(k, ".amax.reduced") ? ".amax.reduced"
+                                                 : ends_with(k, ".next")   ? ".scale_inv.next"
+                                                                           : ".scale_inv"));
+      if (const int si = state.index(base); si >= 0) {
+        addresses_[i] = ends_with(k, ".amax.reduced") ? state.amax(si) : state.scale(si);
+        state_view_[i] = true;
+        continue;
+      }
+    }
+    std::size_t bytes = std::max<std::size_t>(t.bytes(), 4);
+    if (is_per_tensor_scale(plan, t.id)) bytes = 8;
+    offsets[i] = total;
+    slot_bytes_[i] = bytes;
+    total += round_up(bytes, 256);
+  }
+  arena_ = DeviceBuffer(std::max<std::size_t>(total, 256));
+  for (std::size_t i = 0; i < n; ++i)
+    if (!state_view_[i]) addresses_[i] = arena_.get() + offsets[i];
+  // Scale pairs not bound to state start as (1, 1), as the CPU executor's.
+  const float one[2] = {1.0f, 1.0f};
+  for (std::size_t i = 0; i < n; ++i)
+    if (!state_view_[i] && is_per_tensor_scale(plan, static_cast<int>(i)))
+      arena_.upload(one, 8, offsets[i]);
+
+  std::size_t partial = 0;
+  for (const auto* pass : {&plan.forward, &plan.backward})
+    for (const Step& s : *pass)
+      if (s.kind == StepKind::quantize && s.fused_dbias) {
+        const Tensor& src = plan.tensor(s.inputs[0]);
+        partial = std::max<std::size_t>(
+            partial, static_cast<std::size_t>(QuantizeLauncher::tiles(
+                         static_cast<int>(src.dims[0].local))) *
+                         src.dims[1].local * 4);
+      }
+  if (partial) scratch_ = DeviceBuffer(partial);
+}
+
+int GpuRankExecutor::find(std::string_view k) const {
+  const Tensor* t = plan_.find(layer_.name + "." + std::string(k));
+  return t ? t->id : -1;
+}
+
+CUdeviceptr GpuRankExecutor::address(std::string_view k) const {
+  const int id = find(k);
+  if (id < 0)
+    throw ExecutorError("gpu executor: layer '" + layer_.name + "' has no tensor '" +
+                        std::string(k) + "'");
+  return at(id);
+}
+
+void GpuRankExecutor::bind(std::string_view k, CUdeviceptr data) {
+  const int id = find(k);
+  if (id < 0 || state_view_[static_cast<std::size_t>(id)])
+    throw ExecutorError("gpu executor: layer '" + layer_.name + "': '" + std::string(k) +
+                        "' is not a tensor the caller can provide");
+  if (data == 0) throw ExecutorError("gpu executor: null device pointer for " + std::string(k));
+  addresses_[static_cast<std::size_t>(id)] = data;
+  slot_bytes_[static_cast<std::size_t>(id)] = 0;
+}
+
+void GpuRankExecutor::upload_externals(const cpu::TensorStore& host) {
+  for (const Tensor& t : plan_.tensors) {
+    const auto i = static_cast<std::size_t>(t.id);
+    if (!t.external || !host.written(t.id) || state_view_[i]) continue;
+    const auto bytes = host.bytes(t.id);
+    if (is_per_tensor_scale(plan_, t.id)) {
+      // The store holds the scale; the pair needs its inverse beside it.
+      float pair[2];
+      std::memcpy(&pair[0], bytes.data(), 4);
+      pair[1] = 1.0f / pair[0];
+      FP8C_CU(driver().cuMemcpyHtoD(at(t.id), pair, 8));
+    } else {
+      FP8C_CU(driver().cuMemcpyHtoD(at(t.id), bytes.data(), bytes.size()));
+    }
+  }
+}
+
+GpuRankExecutor::Slot GpuRankExecutor::slot(int scale_tensor) const {
+  const auto i = static_cast<std::size_t>(scale_tensor);
+  if (state_view_[i]) {
+    const std::string base = key(scale_tensor).substr(0, key(scale_tensor).rfind(".scale_inv"));
+    const int si = state_.index(base);
+    return {state_.scale(si), state_.scale_inv(si)};
+  }
+  return {at(scale_tensor), at(scale_tensor) + 4};
+}
+
+void GpuRankExecutor::zero(CUdeviceptr p, std::size_t bytes) {
+  FP8C_CU(driver().cuMemsetD8Async(p, 0, bytes, r_.stream));
+}
+
+void GpuRankExecutor::forward() { run_pass("forward", plan_.forward, forward_kernels_); }
+void GpuRankExecutor::backward() { run_pass("backward", plan_.backward, backward_kernels_); }
+
+void GpuRankExecutor::update() {
+  // Only `nan = error` needs the amaxes on the host before the update.
+  if (layer_.recipe.nan == NanPolicy::error) {
+    synchronize();
+    check_nan();
+  }
+  run_pass("update", plan_.update, update_kernels_);
+}
+
+void GpuRankExecutor::run_gemms_only() {
+  run_pass("forward", plan_.forward, forward_kernels_, true);
+  run_pass("backward", plan_.backward, backward_kernels_, true);
+}
+
+void GpuRankExecutor::synchronize() { r_.comm.synchronize(r_.stream); }
+
+void GpuRankExecutor::check_nan() const {
+  if (layer_.recipe.nan != NanPolicy::error) return;
+  for (const auto* pass : {&plan_.forward, &plan_.backward})
+    for (const Step& s : *pass) {
+      if (s.kind != StepKind::quantize && s.kind != StepKind::amax) continue;
+      for (int id : s.outputs) {
+        if (!ends_with(key(id), ".amax")) continue;
+        float v = 0;
+        FP8C_CU(driver().cuMemcpyDtoH(&v, at(id), 4));
+        if (std::isnan(v))
+          throw ExecutorError("gpu executor: layer '" + layer_.name + "': NaN in " +
+                              plan_.tensor(s.inputs[0]).name + " (recipe nan = error)");
+      }
+    }
+}
+
+void GpuRankExecutor::run_pass(const char* pass, const std::vector<Step>& steps,
+                               const std::vector<StepKernels>& kernels, bool gemms_only) {
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const Step& s = steps[i];
+    if (gemms_only && s.kind != StepKind::gemm) continue;
+    if (profiler_) {
+      std::string label = layer_.name + " " + pass + " " + std::to_string(i) + " " +
+                          std::string(to_string(s.kind));
+      if (s.kind == StepKind::gemm) label += " " + std::string(to_string(s.role));
+      if (!s.inputs.empty()) label += " " + plan_.tensor(s.inputs[0]).name;
+      profiler_->begin(label, s.kind, r_.stream);
+    }
+    execute(s, kernels[i]);
+    if (profiler_) profiler_->end(r_.stream);
+    for (int id : s.outputs) written_[static_cast<std::size_t>(id)] = true;
+  }
+}
+
+void GpuRankExecutor::execute(const Step& s, const StepKernels& k) {
+  switch (s.kind) {
+    case StepKind::amax:
+      amax(s, k);
+      return;
+    case StepKind::quantize:
+      quantize(s, k);
+      return;
+    case StepKind::transpose: {
+      const Tensor& in = plan_.tensor(s.inputs[0]);
+      r_.kernels.transpose().launch(at(in.id), at(s.outputs[0]),
+                                    static_cast<int>(in.dims[0].local),
+                                    static_cast<int>(in.dims[1].local), r_.stream);
+      return;
+    }
+    case StepKind::permute:
+      permute(s, k);
+      return;
+    case StepKind::gemm:
+      gemm(s);
+      return;
+    case StepKind::scale_update:
+      scale_update(s, k);
+      return;
+    case StepKind::amax_all_reduce:
+    case StepKind::all_gather:
+    case StepKind::reduce_scatter:
+    case StepKind::all_reduce:
+      collective(s);
+      return;
+    case StepKind::dequantize:
+    case StepKind::epilogue:
+      break;
+  }
+  throw ExecutorError("gpu executor: no kernel for a " + std::string(to_string(s.kind)) +
+                      " step yet");
+}
+
+void GpuRankExecutor::amax(const Step& s, const StepKernels& k) {
+  const auto& launcher = r_.kernels.quantize(std::get<QuantizeKernel>(k.kernels.at(0).description));
+  const Tensor& src = plan_.tensor(s.inputs[0]);
+  QuantizeArgs a;
+  a.x = at(src.id);
+  if (s.fused_dact) a.pre_activation = at(s.inputs[1]);
+  a.scale = arena_.get();  // not read by an amax-only kernel
+  a.amax_out = at(s.outputs[0]);
+  a.rows = static_cast<int>(src.dims[0].local);
+  a.cols = static_cast<int>(src.dims[1].local);
+  zero(a.amax_out, 4);
+  launcher.launch(a, r_.stream);
+}
+
+void GpuRankExecutor::quantize(const Step& s, const StepKernels& k) {
+  if (k.kernels.empty()) return;  // nothing to quantize (an FP8 input)
+  const Tensor& src = plan_.tensor(s.inputs[0]);
+  const int rows = static_cast<int>(src.dims[0].local);
+  const int cols = static_cast<int>(src.dims[1].local);
+  const auto& description = k.kernels.at(0).description;
+  if (const auto* b = std::get_if<BlockQuantizeKernel>(&description)) {
+    BlockQuantizeArgs a;
+    a.x = at(src.id);
+    a.rows = rows;
+    a.cols = cols;
+    for (int id : s.outputs) {
+      const Tensor& t = plan_.tensor(id);
+      if (!t.is_fp8()) continue;
+      (t.usage == Usage::rowwise ? a.rowwise : a.columnwise) = at(id);
+      (t.usage == Usage::rowwise ? a.rowwise_scales : a.columnwise_scales) = at(t.scale);
+    }
+    r_.kernels.block_quantize(*b).launch(a, r_.stream);
+    return;
+  }
+  const auto& q = std::get<QuantizeKernel>(description);
+  QuantizeArgs a;
+  a.x = at(src.id);
+  a.rows = rows;
+  a.cols = cols;
+  const std::size_t first_extra = s.fused_dact ? 2 : 1;
+  if (s.fused_dact) a.pre_activation = at(s.inputs[1]);
+  if (s.inputs.size() > first_extra) {
+    const int in = s.inputs[first_extra];
+    if (q.scale_from_amax)
+      a.amax_in = at(in);
+    else
+      a.scale = slot(in).scale;
+  }
+  CUdeviceptr dbias = 0;
+  ElemType dbias_type = ElemType::fp32;
+  for (int id : s.outputs) {
+    const Tensor& t = plan_.tensor(id);
+    const std::string kk = key(id);
+    if (t.is_fp8()) {
+      (t.usage == Usage::rowwise ? a.rowwise : a.columnwise) = at(id);
+    } else if (ends_with(kk, ".amax")) {
+      a.amax_out = at(id);
+      zero(a.amax_out, 4);
+    } else if (kk == "db") {
+      dbias = at(id);
+      dbias_type = t.type;
+      a.dbias_partial = scratch_.get();
+    } else if (is_per_tensor_scale(plan_, id)) {
+      a.scale_out = at(id);
+    }
+  }
+  r_.kernels.quantize(q).launch(a, r_.stream);
+  if (dbias)
+    r_.kernels.dbias_reduce(dbias_type)
+        .launch(dbias, scratch_.get(), QuantizeLauncher::tiles(rows), cols, r_.stream);
+}
+
+void GpuRankExecutor::permute(const Step& s, const StepKernels& k) {
+  const int ranks = r_.comm.size();
+  for (std::size_t i = 0; i < s.inputs.size(); ++i) {
+    const Tensor& t = plan_.tensor(s.inputs[i]);
+    const auto outer = t.dims[static_cast<std::size_t>(t.outer_dim())].local;
+    const auto inner = t.dims[static_cast<std::size_t>(t.inner_dim())].local;
+    r_.kernels.permute(std::get<PermuteKernel>(k.kernels.at(i).description))
+        .launch(at(t.id), at(s.outputs[i]), ranks, static_cast<int>(outer),
+                static_cast<std::int64_t>(inner / static_cast<std::uint64_t>(ranks)), r_.stream);
+  }
+}
+
+void GpuRankExecutor::collective(const Step& s) {
+  auto& comm = r_.comm;
+  switch (s.kind) {
+    case StepKind::amax_all_reduce:
+      comm.all_reduce(at(s.inputs[0]), at(s.outputs[0]), 1, DType::kFloat32, ReduceOp::kMax,
+                      r_.stream);
+      return;
+    case StepKind::all_gather:
+      // Raw bytes: rank i's block lands at i * its size (outermost dim).
+      for (std::size_t i = 0; i < s.inputs.size(); ++i)
+        comm.all_gather(at(s.inputs[i]), at(s.outputs[i]), plan_.tensor(s.inputs[i]).bytes(),
+                        DType::kUInt8, r_.stream);
+      return;
+    case StepKind::reduce_scatter:
+    case StepKind::all_reduce: {
+      const Tensor& in = plan_.tensor(s.inputs[0]);
+      const Tensor& out = plan_.tensor(s.outputs[0]);
+      const DType dt = collective_dtype(in.type);
+      if (s.kind == StepKind::reduce_scatter)
+        comm.reduce_scatter(at(in.id), at(out.id), out.elements(), dt, ReduceOp::kSum, r_.stream);
+      else
+        comm.all_reduce(at(in.id), at(out.id), out.elements(), dt, ReduceOp::kSum, r_.stream);
+      return;
+    }
+    default:
+      throw std::logic_error("gpu executor: not a collective");
+  }
+}
+
+void GpuRankExecutor::scale_update(const Step& s, const StepKernels& k) {
+  // The amax inputs are the state's amax array (views), in the state's order.
+  for (std::size_t i = 0; i < s.inputs.size(); ++i)
+    if (at(s.inputs[i]) != state_.amax(static_cast<int>(i)))
+      throw ExecutorError("gpu executor: layer '" + layer_.name +
+                          "': the scale update's tensors are not in the state's order");
+  ScaleUpdateArgs a;
+  a.history = state_.history();
+  a.amax = state_.amax();
+  a.previous_scale = state_.scale();
+  a.scale = state_.scale();
+  a.scale_inv = state_.scale_inv();
+  r_.kernels.scale_update(std::get<ScaleUpdateKernel>(k.kernels.at(0).description))
+      .launch(a, r_.stream);
+}
+
+GemmOperand GpuRankExecutor::operand(int id, const std::string& k_name) const {
+  const Tensor& t = plan_.tensor(id);
+  GemmOperand op;
+  op.data = at(id);
+  op.type = t.type;
+  op.scaling = t.scaling;
+  const Dim& outer = t.dims[static_cast<std::size_t>(t.outer_dim())];
+  const Dim& inner = t.dims[static_cast<std::size_t>(t.inner_dim())];
+  if (inner.name == k_name) {
+    op.rows = static_cast<std::int64_t>(outer.local);
+    op.k = static_cast<std::int64_t>(inner.local);
+    op.ld = op.k;
+  } else if (outer.name == k_name && !t.is_fp8()) {
+    op.k_outer = true;
+    op.rows = static_cast<std::int64_t>(inner.local);
+    op.k = static_cast<std::int64_t>(outer.local);
+    op.ld = op.rows;
+  } else {
+    throw ExecutorError("gpu executor: GEMM operand " + t.name + " does not have '" + k_name +
+                        "' innermost");
+  }
+  if (t.scaling == Scaling::per_tensor)
+    op.scale_inv = slot(t.scale).inverse;
+  else if (t.scaling != Scaling::none)
+    op.scale_inv = at(t.scale);
+  return op;
+}
+
+void GpuRankExecutor::gemm(const Step& s) {
+  const std::string k_name = k_dim_name(s.role);
+  GemmOperand a = operand(s.inputs[0], k_name);
+  GemmOperand b = operand(s.inputs[1], k_name);
+  const Tensor& ta = plan_.tensor(s.inputs[0]);
+  const Tensor& tb = plan_.tensor(s.inputs[1]);
+  GemmArgs g;
+  // Outputs: D (y, y.partial, dx, dw, ...), the pre-activation z, an FP8 y
+  // with its amax.
+  for (int id : s.outputs) {
+    const Tensor& t = plan_.tensor(id);
+    const std::string kk = key(id);
+    if (kk == "z") {
+      g.aux = at(id);
+      g.aux_type = t.type;
+      g.ld_aux = static_cast<std::int64_t>(t.dims[1].local);
+    } else if (ends_with(kk, ".amax")) {
+      g.d_amax = at(id);
+      zero(g.d_amax, 4);
+    } else {
+      g.d = at(id);
+      g.d_type = t.type;
+      g.ldd = static_cast<std::int64_t>(t.dims[1].local);
+    }
+  }
+  for (std::size_t i = 2; i < s.inputs.size(); ++i) {
+    const int id = s.inputs[i];
+    const std::string kk = key(id);
+    if (kk == "b") {
+      g.bias = at(id);
+      g.bias_type = plan_.tensor(id).type;
+    } else if (is_per_tensor_scale(plan_, id)) {
+      g.d_scale = slot(id).scale;
+    }
+  }
+  if (s.role == GemmRole::fprop) g.activation = s.activation;
+  g.accumulate = s.accumulate;
+
+  // A segmented operand ([ranks][rows][k / ranks], gathered along K) is
+  // read one rank segment at a time, accumulating into D.
+  const Tensor* seg = ta.segmented ? &ta : tb.segmented ? &tb : nullptr;
+  const bool seg_on_k =
+      seg && seg->dims[static_cast<std::size_t>(*seg->segmented)].name == k_name && !a.k_outer &&
+      !b.k_outer;
+  if (!seg_on_k) {
+    g.a = a;
+    g.b = b;
+    std::string why;
+    if (!r_.gemm.supports(g, &why))
+      throw ExecutorError("gpu executor: layer '" + layer_.name + "': " +
+                          std::string(to_string(s.role)) + " GEMM of " + ta.name + " and " +
+                          tb.name + " is not supported by " + std::string(r_.gemm.name()) + ": " +
+                          why);
+    r_.gemm.run(g, r_.stream);
+    return;
+  }
+  if (seg->scaling != Scaling::per_tensor && seg->scaling != Scaling::none)
+    throw ExecutorError("gpu executor: a segmented-K GEMM of block-scaled " + seg->name +
+                        " is not supported yet");
+  const std::int64_t ranks = r_.comm.size();
+  const std::int64_t k_seg = a.k / ranks;
+  for (std::int64_t r = 0; r < ranks; ++r) {
+    const auto view = [&](GemmOperand op, const Tensor& t) {
+      const std::size_t elem = element_bytes(t.type);
+      if (t.segmented) {  // segment r is its own [rows][k_seg] matrix
+        op.data += static_cast<CUdeviceptr>(r * op.rows * k_seg) * elem;
+        op.ld = k_seg;
+      } else {  // columns [r * k_seg, (r + 1) * k_seg) of a [rows][k] matrix
+        op.data += static_cast<CUdeviceptr>(r * k_seg) * elem;
+      }
+      op.k = k_seg;
+      return op;
+    };
+    g.a = view(a, ta);
+    g.b = view(b, tb);
+    g.accumulate = s.accumulate || r > 0;
+    if (r > 0) g.d_amax = 0;
+    std::string why;
+    if (!r_.gemm.supports(g, &why))
+      throw ExecutorError("gpu executor: layer '" + layer_.name + "': segmented-K " +
+                          std::string(to_string(s.role)) + " GEMM is not supported by " +
+                          std::string(r_.gemm.name()) + ": " + why);
+    r_.gemm.run(g, r_.stream);
+  }
+}
+
+void GpuRankExecutor::download(cpu::TensorStore& host) const {
+  for (const Tensor& t : plan_.tensors) {
+    const auto i = static_cast<std::size_t>(t.id);
+    if (!written_[i] && !t.external) continue;
+    auto bytes = host.bytes(t.id);
+    if (bytes.empty()) continue;
+    FP8C_CU(driver().cuMemcpyDtoH(bytes.data(), at(t.id), bytes.size()));
+    host.mark_written(t.id);
+  }
+}
+
+}  // namespace fp8c::runtime

@@ -1,0 +1,120 @@
+// The GPU executor for one rank of one layer: the same LayerPlan the CPU
+// reference executor runs, step for step, with generated kernels, a GEMM
+// runner and a device communicator, all enqueued on one stream. Collectives
+// are ordered with the kernels on that stream (NCCL semantics); the
+// communicator's synchronize() bounds every wait by its timeout.
+//
+// Buffers: one device arena holds every tensor of the plan; externals (x, w,
+// b, dy) either live there (upload) or are bound to the caller's device
+// memory (bind). Per-tensor scale tensors are two floats, the scale and its
+// inverse: quantize kernels read the first, GEMMs the second. Delayed-scaling
+// scales, amaxes and histories are views into DeviceLayerState, so the
+// update pass changes the state in place and nothing else does.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "codegen/kernels/plan_kernels.hpp"
+#include "codegen/plan.hpp"
+#include "runtime/comm/device_communicator.hpp"
+#include "runtime/cpu/executor.hpp"
+#include "runtime/cpu/tensor_store.hpp"
+#include "runtime/device.hpp"
+#include "runtime/gemm/gemm.hpp"
+#include "runtime/gpu/kernel_set.hpp"
+#include "runtime/gpu/layer_state.hpp"
+#include "runtime/gpu/step_profiler.hpp"
+
+namespace fp8c::runtime {
+
+using ExecutorError = cpu::ExecutorError;
+
+struct RankResources {
+  const KernelSet& kernels;
+  DeviceCommunicator& comm;
+  GemmRunner& gemm;
+  CUstream stream = nullptr;
+};
+
+// The kernels every step of `plan` needs, and the dbias output types; throws
+// ExecutorError naming each step fp8c cannot run on a GPU yet.
+struct LayerKernels {
+  std::vector<GeneratedKernel> kernels;
+  std::vector<ElemType> dbias_outputs;
+};
+LayerKernels layer_kernels(const Layer& layer, const LayerPlan& plan);
+
+class GpuRankExecutor {
+ public:
+  GpuRankExecutor(const Layer& layer, const LayerPlan& plan, const RankResources& resources,
+                  DeviceLayerState& state);
+
+  const LayerPlan& plan() const { return plan_; }
+
+  // The device address of a plan tensor by key ("x", "w.fp8.row", ...);
+  // throws when the plan has no such tensor.
+  CUdeviceptr address(std::string_view key) const;
+  int find(std::string_view key) const;
+  // Points tensor `key` (an input the caller provides, or an output the
+  // caller wants written in place) at caller-owned device memory of the
+  // plan's size. Not the delayed-scaling state.
+  void bind(std::string_view key, CUdeviceptr data);
+  void set_stream(CUstream stream) { r_.stream = stream; }
+  // Times every step from now on (null: stop).
+  void set_profiler(StepProfiler* profiler) { profiler_ = profiler; }
+  // Enqueues only the GEMM steps of forward and backward, on the buffers the
+  // last full step left: the baseline `fp8c bench` compares a step with.
+  void run_gemms_only();
+  CUstream stream() const { return r_.stream; }
+  // Copies every external tensor `host` has written into its device buffer
+  // (not the delayed scales: those are the state's), synchronously.
+  void upload_externals(const cpu::TensorStore& host);
+
+  // Enqueue one pass. Under `nan = error`, update() first waits for the
+  // stream and fails (leaving the state as it was) if an amax is NaN.
+  void forward();
+  void backward();
+  void update();
+  void synchronize();
+
+  // Copies every tensor a step wrote (and every external) into `host`,
+  // marking it written; the stream must be idle.
+  void download(cpu::TensorStore& host) const;
+
+ private:
+  struct Slot {
+    CUdeviceptr scale = 0, inverse = 0;
+  };
+  void run_pass(const char* pass, const std::vector<Step>& steps,
+                const std::vector<StepKernels>& kernels, bool gemms_only = false);
+  void execute(const Step& s, const StepKernels& k);
+  void quantize(const Step& s, const StepKernels& k);
+  void amax(const Step& s, const StepKernels& k);
+  void gemm(const Step& s);
+  void permute(const Step& s, const StepKernels& k);
+  void collective(const Step& s);
+  void scale_update(const Step& s, const StepKernels& k);
+  GemmOperand operand(int id, const std::string& k_name) const;
+  Slot slot(int scale_tensor) const;
+  CUdeviceptr at(int id) const { return addresses_.at(static_cast<std::size_t>(id)); }
+  std::string key(int id) const { return cpu::tensor_key(plan_, id); }
+  void zero(CUdeviceptr p, std::size_t bytes);
+  void check_nan() const;
+
+  const Layer& layer_;
+  const LayerPlan& plan_;
+  RankResources r_;
+  DeviceLayerState& state_;
+  std::vector<StepKernels> forward_kernels_, backward_kernels_, update_kernels_;
+  DeviceBuffer arena_;
+  DeviceBuffer scratch_;  // dbias tile partials
+  std::vector<CUdeviceptr> addresses_;
+  std::vector<std::size_t> slot_bytes_;  // bytes reserved per tensor in the arena (0: a view)
+  std::vector<bool> state_view_;         // the address is in DeviceLayerState
+  std::vector<bool> written_;
+  StepProfiler* profiler_ = nullptr;
+};
+
+}  // namespace fp8c::runtime

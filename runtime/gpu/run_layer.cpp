@@ -1,0 +1,91 @@
+#include "runtime/gpu/run_layer.hpp"
+
+#include <exception>
+#include <memory>
+#include <thread>
+
+#include "codegen/plan_check.hpp"
+#include "runtime/comm/local_device_group.hpp"
+#include "runtime/cpu/tensor_store.hpp"
+#include "runtime/gemm/gemm.hpp"
+#include "runtime/gpu/kernel_set.hpp"
+#include "runtime/gpu/layer_state.hpp"
+#include "runtime/gpu/rank_executor.hpp"
+
+namespace fp8c::runtime {
+
+std::vector<std::vector<cpu::RankStepResult>> run_layer_on_gpu(
+    const Device& device, const Jit& jit, const Layer& layer, const LayerPlan& plan,
+    const std::vector<cpu::LayerData>& steps, const GpuRunOptions& options,
+    const cpu::LayerState& initial) {
+  if (auto errors = check_layer_plan(plan); !errors.empty()) {
+    std::string m = "gpu executor: the plan of layer '" + plan.layer + "' is invalid:";
+    for (const auto& e : errors) m += "\n  " + e;
+    throw ExecutorError(m);
+  }
+  device.make_current();
+  const LayerKernels needed = layer_kernels(layer, plan);
+  const KernelSet kernels(jit, needed.kernels, needed.dbias_outputs);
+
+  const int n = static_cast<int>(plan.ranks);
+  LocalDeviceGroup group(n, options.timeout, jit);
+  std::vector<std::unique_ptr<DeviceCommunicator>> comms;
+  for (int r = 0; r < n; ++r) comms.push_back(group.communicator(r));
+
+  std::vector<std::vector<cpu::RankStepResult>> results(static_cast<std::size_t>(n));
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      DeviceCommunicator& comm = *comms[static_cast<std::size_t>(r)];
+      try {
+        device.make_current();
+        Stream stream;
+        std::unique_ptr<GemmRunner> gemm = make_cublaslt_runner();
+        DeviceLayerState state(layer, plan);
+        state.upload(initial);
+        for (std::size_t i = 0; i < steps.size(); ++i) {
+          if (i == 0 && r == options.fail_rank)
+            throw ExecutorError("gpu executor: rank " + std::to_string(r) +
+                                " failed on purpose (fault injection)");
+          GpuRankExecutor exec(layer, plan, {kernels, comm, *gemm, stream.get()}, state);
+          cpu::TensorStore host(plan);
+          const cpu::LayerState before = state.download();
+          cpu::fill_external_tensors(layer, host, before, steps[i], r);
+          exec.upload_externals(host);
+          exec.forward();
+          exec.backward();
+          exec.update();
+          exec.synchronize();
+          exec.download(host);
+          results[static_cast<std::size_t>(r)].push_back(
+              cpu::collect_step_result(layer, host, state.download(), options.capture));
+        }
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+        comm.abort("rank " + std::to_string(r) + " failed");
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  // The root cause: a rank's own error before its peers' follow-up ones.
+  std::exception_ptr root, follow_up;
+  for (auto& e : errors) {
+    if (!e) continue;
+    bool peer = false;
+    try {
+      std::rethrow_exception(e);
+    } catch (const CollectiveError& c) {
+      peer = c.kind() == collectives::FailureKind::kPeerFailed ||
+             c.kind() == collectives::FailureKind::kPoisoned;
+    } catch (...) {
+    }
+    std::exception_ptr& slot = peer ? follow_up : root;
+    if (!slot) slot = e;
+  }
+  if (root) std::rethrow_exception(root);
+  if (follow_up) std::rethrow_exception(follow_up);
+  return results;
+}
+
+}  // namespace fp8c::runtime

@@ -1,0 +1,35 @@
+// Runs a layer's plan on one GPU with every rank of its tensor-parallel
+// group as a host thread (single-GPU multi-rank mode), and returns what the
+// CPU reference executor returns for the same data, so the two compare
+// directly: `fp8c verify --device gpu` and the GPU tests use this.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "codegen/plan.hpp"
+#include "fp8c/spec.hpp"
+#include "runtime/cpu/executor.hpp"
+#include "runtime/device.hpp"
+#include "runtime/jit.hpp"
+
+namespace fp8c::runtime {
+
+struct GpuRunOptions {
+  std::chrono::milliseconds timeout{60'000};
+  std::vector<std::string> capture;  // full tensor names, as cpu::ExecutorOptions::capture
+  // Fault injection for tests: this rank's first step fails before its first
+  // collective (its peers must end with an error, not hang).
+  int fail_rank = -1;
+};
+
+// [rank][step]. Each rank starts from `initial` state (empty: the recipe's
+// initial state). Throws ExecutorError for a plan it cannot run and the
+// first rank's error otherwise.
+std::vector<std::vector<cpu::RankStepResult>> run_layer_on_gpu(
+    const Device& device, const Jit& jit, const Layer& layer, const LayerPlan& plan,
+    const std::vector<cpu::LayerData>& steps, const GpuRunOptions& options = {},
+    const cpu::LayerState& initial = {});
+
+}  // namespace fp8c::runtime

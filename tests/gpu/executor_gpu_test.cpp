@@ -1,0 +1,114 @@
+// The GPU executor against the CPU reference executor: every recipe x
+// {column, row} x {sequence parallel or not} x {1, 2, 4, 8} ranks (all ranks
+// on one GPU), and every example spec. Rules in runtime/gpu/gpu_verify.hpp.
+// Skipped, visibly, without a GPU.
+#include <gtest/gtest.h>
+
+#include <iostream>
+
+#include "../cpu/cpu_test_support.hpp"
+#include "../runtime/gpu_fixture.hpp"
+#include "fp8c/dsl.hpp"
+#include "codegen/planner.hpp"
+#include "runtime/gpu/gpu_verify.hpp"
+#include "runtime/gpu/run_layer.hpp"
+
+namespace fp8c::runtime {
+namespace {
+
+using cpu::testing::layer_text;
+using cpu::testing::spec_from;
+using fp8c::testing::gpu;
+
+void expect_passes(const Spec& spec, const cpu::VerifyOptions& o) {
+  const cpu::VerifyReport report = verify_spec_on_gpu(spec, o, *gpu().device, *gpu().jit);
+  EXPECT_FALSE(report.checks.empty());
+  EXPECT_TRUE(report.passed()) << cpu::format_report(report);
+  if (::testing::Test::HasFailure() || std::getenv("FP8C_PRINT_REPORT"))
+    std::cout << cpu::format_report(report);
+}
+
+struct Case {
+  std::string recipe;
+  std::string mode;
+  bool sp;
+  int ranks;
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  std::string r = info.param.recipe.substr(0, info.param.recipe.find(' '));
+  return r + "_" + info.param.mode + (info.param.sp ? "_sp" : "") + "_" +
+         std::to_string(info.param.ranks);
+}
+
+class GpuMatrix : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GpuMatrix, GpuEqualsCpuReference) {
+  REQUIRE_GPU();
+  const Case& c = GetParam();
+  const bool column = c.mode == "column";
+  const int in = column ? 256 : 1024;
+  const int out = column ? 1024 : 256;
+  const Spec spec = spec_from(
+      layer_text(c.recipe, c.mode, c.sp, c.ranks, in, out, "bias = true  activation = gelu"));
+  cpu::VerifyOptions o;
+  o.tokens = 1024;
+  o.steps = c.recipe.rfind("delayed", 0) == 0 ? 3 : 1;
+  expect_passes(spec, o);
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  for (std::string recipe : {"delayed { history = 4 }", "current", "blockwise", "mxfp8", "none"})
+    for (std::string mode : {"column", "row"})
+      for (bool sp : {false, true})
+        for (int ranks : {1, 2, 4, 8}) {
+          if (ranks == 1 && sp) continue;
+          cases.push_back({recipe, mode, sp, ranks});
+        }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, GpuMatrix, ::testing::ValuesIn(all_cases()), case_name);
+
+class GpuExamples : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuExamples, GpuEqualsCpuReference) {
+  REQUIRE_GPU();
+  const Spec spec = load_spec(std::string(FP8C_EXAMPLES_DIR) + "/" + GetParam() + ".fp8");
+  cpu::VerifyOptions o;
+  o.tokens = 64;
+  o.steps = 2;
+  o.force = true;  // the CPU reference of 8192 x 28672 layers at 64 tokens
+  expect_passes(spec, o);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, GpuExamples,
+                         ::testing::Values("ada_delayed", "current_scaling_debug",
+                                           "single_gpu_reference", "blockwise_mlp", "mxfp8_proj",
+                                           "gpt_mlp", "attention_out_then_mlp"));
+
+TEST(GpuExecutor, OneFailingRankEndsEveryRankWithAnErrorNotAHang) {
+  REQUIRE_GPU();
+  const Spec spec = spec_from(layer_text("current", "column", true, 4, 256, 512));
+  const Layer& layer = spec.layers[0];
+  PlanOptions po;
+  po.tokens = 512;
+  const Plan plan = plan_spec(spec, po);
+  GpuRunOptions o;
+  o.fail_rank = 2;
+  o.timeout = std::chrono::milliseconds(2000);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    run_layer_on_gpu(*gpu().device, *gpu().jit, layer, plan.layers[0],
+                     {cpu::random_layer_data(layer, 512, 1)}, o);
+    ADD_FAILURE() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 2 failed on purpose"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+}  // namespace
+}  // namespace fp8c::runtime
