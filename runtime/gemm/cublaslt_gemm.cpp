@@ -17,6 +17,7 @@
 #include "runtime/gemm/cublaslt_library.hpp"
 #include "runtime/gemm/cublaslt_requirements.hpp"
 #include "runtime/gemm/gemm.hpp"
+#include "runtime/gemm/workspace_pool.hpp"
 
 namespace fp8c::runtime {
 namespace {
@@ -24,6 +25,8 @@ namespace {
 // What TransformerEngine gives cuBLASLt on Hopper; enough for every
 // algorithm its heuristic offers at training shapes.
 constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
+// Streams that may run GEMMs at once before one waits for another's workspace.
+constexpr std::size_t kWorkspaces = 4;
 // Forms are few (a handful per layer); a runaway caller only costs a re-query.
 constexpr std::size_t kMaxPlans = 1024;
 
@@ -317,7 +320,8 @@ class CublasLtRunner final : public GemmRunner {
     Entry& entry = entry_for(args);
     if (!entry.plan) throw std::invalid_argument(entry.error);
     entry.plan->bind(args);
-    entry.plan->enqueue(handle_, args, workspace_for(stream), stream);
+    entry.plan->enqueue(handle_, args, workspaces_.acquire(stream), stream);
+    workspaces_.used(stream);
   }
 
  private:
@@ -342,21 +346,14 @@ class CublasLtRunner final : public GemmRunner {
     return plans_.emplace(key, std::move(entry)).first->second;
   }
 
-  // One workspace per stream: GEMMs on two streams may run at once, and a
-  // shared workspace would let one overwrite the other's partial sums.
-  const DeviceBuffer& workspace_for(CUstream stream) {
-    auto found = workspaces_.find(stream);
-    if (found == workspaces_.end())
-      found = workspaces_.emplace(stream, DeviceBuffer(kWorkspaceBytes)).first;
-    return found->second;
-  }
-
   CublasLtApi api_;
   cublasLtHandle_t handle_ = nullptr;
   int sm_ = 0;
   mutable std::mutex mutex_;
   mutable std::map<PlanKey, Entry> plans_;
-  std::map<CUstream, DeviceBuffer> workspaces_;
+  // GEMMs on two streams may run at once; one workspace between them would
+  // let one overwrite the other's partial sums.
+  WorkspacePool workspaces_{kWorkspaceBytes, kWorkspaces};
 };
 
 }  // namespace
