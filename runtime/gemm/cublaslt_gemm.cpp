@@ -262,6 +262,7 @@ class Plan {
     algo_ = result.algo;
   }
 
+  // Destroy calls cannot usefully fail, and a destructor must not throw.
   void release() {
     for (cublasLtMatrixLayout_t* l : {&a_, &b_, &c_, &d_})
       if (*l) api_.cublasLtMatrixLayoutDestroy(std::exchange(*l, nullptr));

@@ -56,7 +56,7 @@ struct GemmArgs {
   CUdeviceptr bias = 0;     // [N] in bias_type; 0 for none
   ElemType bias_type = ElemType::bf16;
   Activation activation = Activation::none;
-  CUdeviceptr aux = 0;  // [M][ld_aux] in aux_type, with activation
+  CUdeviceptr aux = 0;  // [M][ld_aux] in aux_type, with activation (0: not kept)
   ElemType aux_type = ElemType::bf16;
   std::int64_t ld_aux = 0;
   CUdeviceptr d_scale = 0;  // FP8 D only: one float
@@ -82,7 +82,10 @@ class GemmRunner {
 // cuBLASLt, loaded with dlopen (libcublasLt.so.13, then .12). Throws
 // Unavailable (runtime/dynamic_library.hpp) naming the library when it
 // cannot be loaded. Needs the device's context current on the calling
-// thread; owns a workspace on that device.
+// thread, at creation and for supports() and run() (supports() may ask
+// cuBLASLt's heuristic); owns up to four 32 MiB workspaces on that device,
+// one per stream running GEMMs at the same time. Destroy it only once its
+// GEMMs have finished.
 std::unique_ptr<GemmRunner> make_cublaslt_runner();
 // The same with the library names to try instead of the default ones
 // (runtime/gemm/cublaslt_library.hpp: default_cublaslt_sonames()).

@@ -29,10 +29,12 @@ using testing::is_fp8;
 
 constexpr unsigned char kPoison = 0xFF;
 
+// Never destroyed, like the fixture's context: no teardown order to get
+// wrong against cuBLASLt's own at exit.
 GemmRunner& runner() {
-  static std::unique_ptr<GemmRunner> instance = [] {
+  static GemmRunner* instance = [] {
     testing::gpu();  // makes the device's context current
-    return make_cublaslt_runner();
+    return make_cublaslt_runner().release();
   }();
   return *instance;
 }
@@ -331,19 +333,24 @@ TEST(CublasLtGemmGpu, GeluIsTheTanhForm) {
   run_and_check(p);
   const auto d = download<float>(p.dd, static_cast<std::size_t>(s.m * s.n));
   const auto z = download<float>(p.daux, static_cast<std::size_t>(s.m * s.n));
-  double tanh_sq = 0, erf_sq = 0, tanh_max = 0;
+  // Project cuBLASLt's deviation from the tanh form onto the erf form's:
+  // about 0 for the tanh form (whatever noise a fast tanh adds does not
+  // follow the erf-tanh difference), about 1 for the erf form.
+  double along = 0, length = 0, tanh_max = 0;
   for (std::size_t i = 0; i < d.size(); ++i) {
-    const double e_tanh = d[i] - testing::gelu_tanh(z[i]), e_erf = d[i] - testing::gelu_erf(z[i]);
-    tanh_sq += e_tanh * e_tanh;
-    erf_sq += e_erf * e_erf;
-    tanh_max = std::max(tanh_max, std::fabs(e_tanh));
+    const double from_tanh = d[i] - testing::gelu_tanh(z[i]);
+    const double erf_minus_tanh = testing::gelu_erf(z[i]) - testing::gelu_tanh(z[i]);
+    along += from_tanh * erf_minus_tanh;
+    length += erf_minus_tanh * erf_minus_tanh;
+    tanh_max = std::max(tanh_max, std::fabs(from_tanh));
   }
-  const double tanh_rms = std::sqrt(tanh_sq / d.size()), erf_rms = std::sqrt(erf_sq / d.size());
-  RecordProperty("gelu_rms_vs_tanh", std::to_string(tanh_rms));
-  RecordProperty("gelu_rms_vs_erf", std::to_string(erf_rms));
-  EXPECT_LT(tanh_rms, 0.5 * erf_rms) << "cuBLASLt's GELU is closer to the erf form: rms " << erf_rms
-                                     << " against " << tanh_rms << " from the tanh form";
-  EXPECT_LT(tanh_max, 5e-4) << "cuBLASLt's GELU, against the tanh form on its own aux";
+  const double towards_erf = along / length;
+  RecordProperty("gelu_towards_erf", std::to_string(towards_erf));
+  RecordProperty("gelu_max_from_tanh", std::to_string(tanh_max));
+  EXPECT_LT(towards_erf, 0.5) << "cuBLASLt's GELU is the erf form (" << towards_erf
+                              << " of the way from tanh to erf), not fp8c's tanh form";
+  // 2e-3: a hardware tanh (relative error 2^-11) times |z| / 2 for |z| up to 8.
+  EXPECT_LT(tanh_max, 2e-3) << "cuBLASLt's GELU, against the tanh form on its own aux";
 }
 
 // D += A.B^T: a plain run then an accumulating one leaves twice the product.
