@@ -15,12 +15,22 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "codegen/plan.hpp"
 #include "fp8c/spec.hpp"
 #include "runtime/cuda_driver.hpp"
 
 namespace fp8c::runtime {
+
+// Where a block_1x128 scale tensor keeps its blocks, for an operand of
+// `rows` rows with K innermost (nb = ceil(k / 128)):
+//   row_major      scale_inv[r * nb + kb]: what the quantize kernels write
+//                  (codegen/kernels/block_quantize.hpp)
+//   k_block_major  scale_inv[kb * rows + r]: what cuBLASLt's 1x128 mode
+//                  (VEC128_32F) reads; see runtime/gemm/cublaslt_requirements.hpp
+// block_128x128 has one order ([ceil(rows/128)][nb]) and ignores this.
+enum class BlockScaleOrder { row_major, k_block_major };
 
 struct GemmOperand {
   CUdeviceptr data = 0;
@@ -36,6 +46,7 @@ struct GemmOperand {
   // scale tensor the quantize kernels write (codegen/kernels/block_quantize.hpp).
   Scaling scaling = Scaling::none;
   CUdeviceptr scale_inv = 0;
+  BlockScaleOrder scale_order = BlockScaleOrder::row_major;  // block_1x128 only
 };
 
 struct GemmArgs {
@@ -48,11 +59,14 @@ struct GemmArgs {
   CUdeviceptr bias = 0;     // [N] in bias_type; 0 for none
   ElemType bias_type = ElemType::bf16;
   Activation activation = Activation::none;
-  CUdeviceptr aux = 0;  // [M][ld_aux] in aux_type, with activation
+  CUdeviceptr aux = 0;  // [M][ld_aux] in aux_type, with activation (0: not kept)
   ElemType aux_type = ElemType::bf16;
   std::int64_t ld_aux = 0;
   CUdeviceptr d_scale = 0;  // FP8 D only: one float
   CUdeviceptr d_amax = 0;   // optional: one float, max |D| (pre-scale)
+  // Per-tensor FP8 only: accumulate inside the tensor cores without periodic
+  // promotion to fp32 (faster, less accurate; what fprop usually takes).
+  bool fast_accumulate = false;
 };
 
 class GemmRunner {
@@ -71,7 +85,13 @@ class GemmRunner {
 // cuBLASLt, loaded with dlopen (libcublasLt.so.13, then .12). Throws
 // Unavailable (runtime/dynamic_library.hpp) naming the library when it
 // cannot be loaded. Needs the device's context current on the calling
-// thread; owns a workspace on that device.
+// thread, at creation and for supports() and run() (supports() may ask
+// cuBLASLt's heuristic); owns up to four 32 MiB workspaces on that device,
+// one per stream running GEMMs at the same time. Destroy it only once its
+// GEMMs have finished.
 std::unique_ptr<GemmRunner> make_cublaslt_runner();
+// The same with the library names to try instead of the default ones
+// (runtime/gemm/cublaslt_library.hpp: default_cublaslt_sonames()).
+std::unique_ptr<GemmRunner> make_cublaslt_runner(const std::vector<std::string>& sonames);
 
 }  // namespace fp8c::runtime

@@ -1,0 +1,46 @@
+// Scratch memory for library calls that take a workspace (cuBLASLt), shared
+// by the streams that call them without races and without growing with the
+// number of streams: a buffer belongs to the stream that used it last, and
+// another stream takes it over only after waiting, on the device, for that
+// use to finish. At most `count` buffers exist; a stream with one of its own
+// never waits.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "runtime/device.hpp"
+
+namespace fp8c::runtime {
+
+class WorkspacePool {
+ public:
+  WorkspacePool(std::size_t bytes, std::size_t count);
+  ~WorkspacePool();
+  WorkspacePool(const WorkspacePool&) = delete;
+  WorkspacePool& operator=(const WorkspacePool&) = delete;
+
+  // A buffer work enqueued next on `stream` may use; call used(stream) once
+  // that work is enqueued. Not thread-safe: callers serialize.
+  const DeviceBuffer& acquire(CUstream stream);
+  void used(CUstream stream);
+
+  std::size_t buffers() const { return slots_.size(); }
+
+ private:
+  struct Slot {
+    DeviceBuffer buffer;
+    CUstream owner = nullptr;
+    CUevent last_use = nullptr;  // recorded on owner after each use
+    std::uint64_t tick = 0;      // when it was last acquired
+  };
+  Slot& slot_for(CUstream stream);
+
+  std::size_t bytes_;
+  std::size_t count_;
+  std::vector<Slot> slots_;
+  std::uint64_t tick_ = 0;
+};
+
+}  // namespace fp8c::runtime
