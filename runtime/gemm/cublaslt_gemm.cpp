@@ -76,7 +76,7 @@ struct PlanKey {
   ElemType a_type, b_type, d_type, bias_type, aux_type;
   Scaling a_scaling, b_scaling;
   Activation activation;
-  bool accumulate, has_bias, has_aux, has_amax, fast_accumulate;
+  bool accumulate, has_bias, has_aux, has_amax, fast_accumulate, a_k_outer, b_k_outer;
   std::uint32_t align_a, align_b, align_d, align_bias, align_aux;
   auto operator<=>(const PlanKey&) const = default;
 };
@@ -102,6 +102,8 @@ PlanKey plan_key(const GemmArgs& g) {
                  g.aux != 0,
                  g.d_amax != 0,
                  g.fast_accumulate,
+                 g.a.k_outer,
+                 g.b.k_outer,
                  alignment_of(g.a.data),
                  alignment_of(g.b.data),
                  alignment_of(g.d),
@@ -185,8 +187,12 @@ class Plan {
   void build(cublasLtHandle_t handle, const GemmArgs& g) {
     check_cublaslt(api_, api_.cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F),
                    "cublasLtMatmulDescCreate");
-    set(CUBLASLT_MATMUL_DESC_TRANSA, static_cast<std::int32_t>(CUBLAS_OP_T), "TRANSA");
-    set(CUBLASLT_MATMUL_DESC_TRANSB, static_cast<std::int32_t>(CUBLAS_OP_N), "TRANSB");
+    // K-innermost operands are read transposed (A) or as they are (B); a
+    // high-precision operand stored K-outer the other way round.
+    set(CUBLASLT_MATMUL_DESC_TRANSA,
+        static_cast<std::int32_t>(g.b.k_outer ? CUBLAS_OP_N : CUBLAS_OP_T), "TRANSA");
+    set(CUBLASLT_MATMUL_DESC_TRANSB,
+        static_cast<std::int32_t>(g.a.k_outer ? CUBLAS_OP_T : CUBLAS_OP_N), "TRANSB");
     const bool fp8 = is_fp8(g.a.type);
     if (fp8)
       set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<std::int8_t>(g.fast_accumulate),
@@ -212,8 +218,8 @@ class Plan {
     bind(g);
 
     const std::int64_t m = g.a.rows, n = g.b.rows, k = g.a.k;
-    a_ = layout(g.b.type, k, n, g.b.ld);
-    b_ = layout(g.a.type, k, m, g.a.ld);
+    a_ = g.b.k_outer ? layout(g.b.type, n, k, g.b.ld) : layout(g.b.type, k, n, g.b.ld);
+    b_ = g.a.k_outer ? layout(g.a.type, m, k, g.a.ld) : layout(g.a.type, k, m, g.a.ld);
     d_ = layout(g.d_type, n, m, g.ldd);
     // cuBLASLt wants an FP8 D's C in the bias type (bf16 without a bias).
     const ElemType c_type = is_fp8(g.d_type) ? (g.bias ? g.bias_type : ElemType::bf16) : g.d_type;

@@ -37,9 +37,18 @@ Problem shape_problem(const GemmArgs& g) {
            ", N = " + std::to_string(g.b.rows) + ", K = " + std::to_string(g.a.k) + ")";
   if (g.a.k != g.b.k)
     return "A has K = " + std::to_string(g.a.k) + " but B has K = " + std::to_string(g.b.k);
-  if (g.a.ld < g.a.k || g.b.ld < g.b.k)
+  // An operand stored K-outer ([k][rows]) needs ld >= rows instead of K.
+  for (const GemmOperand* o : {&g.a, &g.b})
+    if (o->k_outer && o->ld < o->rows)
+      return "a K-outer operand's ld is smaller than its rows (ld = " + std::to_string(o->ld) +
+             ", rows = " + std::to_string(o->rows) + ")";
+  if ((!g.a.k_outer && g.a.ld < g.a.k) || (!g.b.k_outer && g.b.ld < g.b.k))
     return "an operand's ld is smaller than K (lda = " + std::to_string(g.a.ld) +
            ", ldb = " + std::to_string(g.b.ld) + ", K = " + std::to_string(g.a.k) + ")";
+  if ((g.a.k_outer && is_fp8(g.a.type)) || (g.b.k_outer && is_fp8(g.b.type)))
+    return std::string(
+        "an FP8 operand must keep K innermost (Hopper's FP8 GEMMs are TN); k_outer is for "
+        "high-precision operands");
   if (g.ldd < g.b.rows)
     return "ldd = " + std::to_string(g.ldd) + " is smaller than N = " + std::to_string(g.b.rows);
   if (!g.a.data || !g.b.data || !g.d) return "A, B and D need device pointers";

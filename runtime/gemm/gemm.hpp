@@ -38,15 +38,15 @@ struct GemmOperand {
   std::int64_t rows = 0;           // M for a, N for b
   std::int64_t k = 0;
   std::int64_t ld = 0;  // elements from one row to the next (>= k)
-  // High precision only: stored [k][rows] (K outermost, ld >= rows), as a
-  // recipe-none layer's wgrad and dgrad read their row-major inputs.
-  bool k_outer = false;
   // none: high precision; per_tensor: scale_inv points at one float;
   // block_1x128 / block_128x128 / mx_1x32: scale_inv points at the block
   // scale tensor the quantize kernels write (codegen/kernels/block_quantize.hpp).
   Scaling scaling = Scaling::none;
   CUdeviceptr scale_inv = 0;
   BlockScaleOrder scale_order = BlockScaleOrder::row_major;  // block_1x128 only
+  // High precision only: stored [k][rows] (K outermost, ld >= rows), as a
+  // recipe-none layer's wgrad and dgrad read their row-major inputs.
+  bool k_outer = false;
 };
 
 struct GemmArgs {

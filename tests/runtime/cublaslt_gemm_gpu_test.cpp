@@ -9,6 +9,7 @@
 
 #include "gpu_fixture.hpp"
 
+#include <cstring>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -312,6 +313,41 @@ TEST(CublasLtGemmGpu, HighPrecisionForms) {
     }
   Problem p = make_problem(forms[0], kLarge, seed);
   run_and_check(p);
+}
+
+// High-precision operands stored K-outer ([k][rows], as a recipe-none
+// layer's dgrad and wgrad read their row-major inputs): the same product.
+TEST(CublasLtGemmGpu, KOuterHighPrecisionOperands) {
+  REQUIRE_GPU();
+  const ElemType bf = ElemType::bf16;
+  const Form f{"bf16 k-outer -> bf16 + bias", bf, bf, bf, true, bf};
+  for (const Shape& s : {kSmall, kOdd}) {
+    for (int which = 0; which < 3; ++which) {  // a, b, both K-outer
+      Problem p = make_problem(f, s, 300 + which);
+      const auto transpose = [](const HostMatrix& m) {
+        std::vector<unsigned char> t(static_cast<std::size_t>(m.rows * m.cols) * m.element_size());
+        for (std::int64_t r = 0; r < m.rows; ++r)
+          for (std::int64_t c = 0; c < m.cols; ++c)
+            std::memcpy(&t[(c * m.rows + r) * m.element_size()],
+                        &m.bytes[(r * m.ld + c) * m.element_size()], m.element_size());
+        return t;
+      };
+      DeviceBuffer ta, tb;
+      if (which != 1) {
+        ta = upload(transpose(p.a));
+        p.args.a.data = ta.get();
+        p.args.a.k_outer = true;
+        p.args.a.ld = s.m;
+      }
+      if (which != 0) {
+        tb = upload(transpose(p.b));
+        p.args.b.data = tb.get();
+        p.args.b.k_outer = true;
+        p.args.b.ld = s.n;
+      }
+      run_and_check(p);
+    }
+  }
 }
 
 // cuBLASLt's GELU against both textbook forms, on its own fp32 pre-activation

@@ -355,5 +355,18 @@ TEST(CublasLtRequirements, MxFp8IsRefusedWithTheReason) {
   EXPECT_TRUE(refused(g, "swizzled 128x4-tile layout", kCublas13, 100));
 }
 
+TEST(CublasLtRequirements, KOuterIsForHighPrecisionOperandsOnly) {
+  GemmArgs hp = high_precision_gemm(ElemType::bf16);
+  hp.a.k_outer = true;
+  hp.a.ld = hp.a.rows;
+  EXPECT_TRUE(accepted(hp));
+  hp.a.ld = hp.a.rows - 1;
+  EXPECT_TRUE(refused(hp, "K-outer operand's ld is smaller than its rows"));
+  GemmArgs f = fp8_gemm();
+  f.b.k_outer = true;
+  f.b.ld = f.b.rows;
+  EXPECT_TRUE(refused(f, "must keep K innermost"));
+}
+
 }  // namespace
 }  // namespace fp8c::runtime
