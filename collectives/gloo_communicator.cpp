@@ -1,312 +1,216 @@
+// The gloo backend's entry points, without gloo: they load the module
+// libfp8c_gloo.so (search order in gloo_communicator.hpp, ABI in
+// gloo_module.hpp) and forward to it, so that nothing linking this file
+// needs libgloo.so.0.
 #include "collectives/gloo_communicator.hpp"
 
-#include <signal.h>
+#include <dlfcn.h>
+#include <link.h>
 
 #include <algorithm>
-#include <cstdint>
-#include <cstring>
+#include <cstdlib>
 #include <filesystem>
-#include <limits>
-#include <mutex>
+#include <optional>
 #include <string>
-#include <utility>
+#include <string_view>
+#include <system_error>
 #include <vector>
 
-#include <gloo/allgather.h>
-#include <gloo/alltoall.h>
-#include <gloo/broadcast.h>
-#include <gloo/common/error.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/file_store.h>
-#include <gloo/rendezvous/hash_store.h>
-#include <gloo/rendezvous/prefix_store.h>
-#include <gloo/transport/tcp/device.h>
-
-#include "collectives/reduce.hpp"
+#include "collectives/gloo_module.hpp"
 
 namespace fp8c::collectives {
 
+namespace fs = std::filesystem;
+
 struct GlooRendezvousStore::Impl {
-  std::unique_ptr<gloo::rendezvous::Store> store;
+  const gloo_module::Api* api;
+  gloo_module::Store* store;
+  ~Impl() { api->destroy_store(store); }
 };
+
+namespace {
+
+struct LoadedModule {
+  const gloo_module::Api* api = nullptr;
+  std::string path;   // the file it came from
+  std::string error;  // why no module could be used; empty when api is set
+};
+
+// Why the module's table cannot be used; empty when it can. abi_version and
+// fp8c_version are the first fields in every ABI, so they are safe to read
+// from a module of any build.
+std::string check_api(const gloo_module::Api* api) {
+  if (api == nullptr) return std::string(gloo_module::kEntry) + "() returned no table";
+  if (api->abi_version != gloo_module::kAbiVersion ||
+      std::string_view(api->fp8c_version) != FP8C_VERSION) {
+    return "built by fp8c " + std::string(api->fp8c_version) + " (module ABI " +
+           std::to_string(api->abi_version) + "), this is fp8c " FP8C_VERSION " (ABI " +
+           std::to_string(gloo_module::kAbiVersion) + "): use the module built with it";
+  }
+  return {};
+}
+
+// dlerror() for `file`, without the "file: " it usually starts with (the
+// caller names the file already).
+std::string dlerror_text(const std::string& file) {
+  const char* error = dlerror();
+  std::string text = error ? error : "dlopen failed";
+  if (text.rfind(file + ": ", 0) == 0) text.erase(0, file.size() + 2);
+  return text;
+}
+
+// Opens `file` and checks its table; on success fills `module` and returns
+// an empty string, else returns why not. Handles are never closed: the
+// module's code backs every communicator and every exception it throws, and
+// closing gloo at exit races with its socket threads.
+std::string open_module(const std::string& file, LoadedModule& module) {
+  void* handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) return dlerror_text(file);
+  dlerror();
+  auto entry = reinterpret_cast<gloo_module::EntryFunction>(dlsym(handle, gloo_module::kEntry));
+  if (entry == nullptr) {
+    return "no symbol " + std::string(gloo_module::kEntry) + ": not an fp8c gloo module";
+  }
+  const gloo_module::Api* api = entry();
+  if (std::string why = check_api(api); !why.empty()) return why;
+  module.api = api;
+  // The dynamic linker's search gives no directory; ask where it found it.
+  Dl_info info{};
+  module.path = dladdr(reinterpret_cast<void*>(entry), &info) != 0 && info.dli_fname != nullptr
+                    ? info.dli_fname
+                    : file;
+  return {};
+}
+
+// The directory of the shared object or executable this code was linked
+// into: libfp8c.so's for users of the shared library, the program's when
+// fp8c is linked statically (the `fp8c` tool, the tests).
+std::optional<fs::path> directory_of_this_code() {
+  Dl_info info{};
+  link_map* map = nullptr;
+  if (dladdr1(reinterpret_cast<void*>(&directory_of_this_code), &info,
+              reinterpret_cast<void**>(&map), RTLD_DL_LINKMAP) == 0) {
+    return std::nullopt;
+  }
+  // The main program's link map has an empty name, and argv[0] (which dladdr
+  // would give instead) may be relative to a directory since left.
+  if (map == nullptr || map->l_name == nullptr || map->l_name[0] == '\0') {
+    std::error_code error;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", error);
+    if (error) return std::nullopt;
+    return exe.parent_path();
+  }
+  return fs::path(map->l_name).parent_path();
+}
+
+std::vector<std::string> candidate_files() {
+  std::vector<std::string> files;
+  const auto add = [&files](const fs::path& file) {
+    std::string normal = file.lexically_normal().string();
+    if (std::find(files.begin(), files.end(), normal) == files.end())
+      files.push_back(std::move(normal));
+  };
+  if (const auto directory = directory_of_this_code()) {
+    add(*directory / gloo_module::kFileName);
+    add(*directory / ".." / FP8C_INSTALL_LIBDIR / gloo_module::kFileName);
+    add(*directory / ".." / "lib" / gloo_module::kFileName);
+  }
+  add(fs::path(FP8C_INSTALL_FULL_LIBDIR) / gloo_module::kFileName);
+  return files;
+}
+
+LoadedModule load_module() {
+  LoadedModule module;
+  std::string tried;
+  const auto note = [&tried](const std::string& where, const std::string& why) {
+    tried += "\n  " + where + ": " + why;
+  };
+  const auto unavailable = [&](const std::string& extra) {
+    module.error = "fp8c collectives: the gloo backend is unavailable: cannot load its module " +
+                   std::string(gloo_module::kFileName) + extra + ":" + tried +
+                   "\nset FP8C_GLOO_MODULE to the module's path, or use the in-process backend";
+    return module;
+  };
+
+  if (const char* override_path = std::getenv("FP8C_GLOO_MODULE");
+      override_path != nullptr && override_path[0] != '\0') {
+    const std::string why = open_module(override_path, module);
+    if (why.empty()) return module;
+    note(override_path, why);
+    return unavailable(" (FP8C_GLOO_MODULE is set, so nothing else was tried)");
+  }
+
+  dlerror();
+  if (void* entry = dlsym(RTLD_DEFAULT, gloo_module::kEntry)) {
+    const auto* table = reinterpret_cast<gloo_module::EntryFunction>(entry)();
+    const std::string why = check_api(table);
+    Dl_info info{};
+    const std::string where = dladdr(entry, &info) != 0 && info.dli_fname != nullptr
+                                  ? info.dli_fname
+                                  : "linked into this program";
+    if (why.empty()) {
+      module.api = table;
+      module.path = where;
+      return module;
+    }
+    note(where, why);
+  }
+
+  for (const std::string& file : candidate_files()) {
+    std::error_code error;
+    if (!fs::exists(file, error)) {
+      note(file, "not found");
+      continue;
+    }
+    const std::string why = open_module(file, module);
+    if (why.empty()) return module;
+    note(file, why);
+  }
+
+  const std::string why = open_module(gloo_module::kFileName, module);
+  if (why.empty()) return module;
+  note(std::string(gloo_module::kFileName) + " (dynamic linker search)", why);
+  return unavailable("");
+}
+
+// Decided once per process: a backend that comes and goes would make ranks
+// of one program disagree.
+const LoadedModule& module() {
+  static const LoadedModule loaded = load_module();
+  return loaded;
+}
+
+const gloo_module::Api& api() {
+  const LoadedModule& loaded = module();
+  if (loaded.api == nullptr) throw GlooUnavailable(loaded.error);
+  return *loaded.api;
+}
+
+}  // namespace
+
+std::string gloo_unavailable_reason() {
+  return module().error;
+}
+
+std::string gloo_module_path() {
+  return module().path;
+}
 
 GlooRendezvousStore::GlooRendezvousStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GlooRendezvousStore::~GlooRendezvousStore() = default;
 
 std::shared_ptr<GlooRendezvousStore> GlooRendezvousStore::in_memory() {
-  auto impl = std::make_unique<Impl>();
-  impl->store = std::make_unique<gloo::rendezvous::HashStore>();
+  const gloo_module::Api& module = api();
+  std::unique_ptr<Impl> impl(new Impl{&module, module.in_memory_store()});
   return std::shared_ptr<GlooRendezvousStore>(new GlooRendezvousStore(std::move(impl)));
 }
 
 std::shared_ptr<GlooRendezvousStore> GlooRendezvousStore::file_system(
     const std::string& directory) {
-  // gloo's FileStore resolves the path with realpath(), which fails on a
-  // directory that does not exist yet.
-  std::filesystem::create_directories(directory);
-  auto impl = std::make_unique<Impl>();
-  impl->store = std::make_unique<gloo::rendezvous::FileStore>(directory);
+  const gloo_module::Api& module = api();
+  std::unique_ptr<Impl> impl(new Impl{&module, module.file_system_store(directory)});
   return std::shared_ptr<GlooRendezvousStore>(new GlooRendezvousStore(std::move(impl)));
 }
-
-namespace {
-
-// gloo writes with writev() and no MSG_NOSIGNAL; without this a peer that
-// closed its socket kills the process instead of raising an error.
-void ignore_sigpipe_if_default() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    struct sigaction current {};
-    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
-      signal(SIGPIPE, SIG_IGN);
-    }
-  });
-}
-
-// Fixed-size image of a CollectiveCall, exchanged before every collective.
-// Ranks run the same build of fp8c, so host layout is the wire layout.
-struct WireCall {
-  std::uint64_t sequence;
-  std::uint64_t count;
-  std::int32_t root;
-  std::uint8_t kind;
-  std::uint8_t dtype;
-  std::uint8_t op;
-  std::uint8_t unused;
-};
-static_assert(sizeof(WireCall) == 24);
-
-WireCall to_wire(const CollectiveCall& call) {
-  WireCall wire{};
-  wire.sequence = call.sequence;
-  wire.count = call.count;
-  wire.root = call.root;
-  wire.kind = static_cast<std::uint8_t>(call.kind);
-  wire.dtype = static_cast<std::uint8_t>(call.dtype);
-  wire.op = static_cast<std::uint8_t>(call.op);
-  return wire;
-}
-
-CollectiveCall from_wire(const WireCall& wire) {
-  CollectiveCall call;
-  call.sequence = wire.sequence;
-  call.count = wire.count;
-  call.root = wire.root;
-  call.kind = static_cast<CollectiveKind>(wire.kind);
-  call.dtype = static_cast<DType>(wire.dtype);
-  call.op = static_cast<ReduceOp>(wire.op);
-  return call;
-}
-
-bool mentions(const std::string& text, std::string_view word) {
-  return text.find(word) != std::string::npos;
-}
-
-// gloo reports everything as exceptions with free text; sort them into the
-// failure kinds callers can act on.
-FailureKind classify_gloo_error(const std::string& what) {
-  if (mentions(what, "Timed out") || mentions(what, "timeout")) return FailureKind::kTimeout;
-  if (mentions(what, "closed") || mentions(what, "reset by peer") ||
-      mentions(what, "Broken pipe")) {
-    return FailureKind::kPeerFailed;
-  }
-  return FailureKind::kTransport;
-}
-
-std::string explain_gloo_error(FailureKind kind, const std::string& what,
-                               std::chrono::milliseconds timeout) {
-  switch (kind) {
-    case FailureKind::kTimeout:
-      return "not every rank took part within " + std::to_string(timeout.count()) +
-             " ms (a rank did not arrive, or failed): gloo: " + what;
-    case FailureKind::kPeerFailed:
-      return "a peer closed its connection; it probably timed out or failed first (see its "
-             "error): gloo: " +
-             what;
-    default:
-      return "gloo: " + what;
-  }
-}
-
-// connectFullMesh returns on a rank once ITS side of every pair is connected;
-// a peer may still be completing its side. Closing a socket then (as a rank
-// that fails right after connecting does) crashes the peer's gloo event loop
-// (an uncaught EnforceNotMet from getpeername). So nobody leaves connect_gloo
-// until every rank has left connectFullMesh: an allgather completes only
-// after every rank has entered it.
-void wait_until_every_rank_is_connected(const std::shared_ptr<gloo::Context>& context,
-                                        std::chrono::milliseconds timeout) {
-  std::int32_t mine = context->rank;
-  std::vector<std::int32_t> everyone(static_cast<std::size_t>(context->size));
-  gloo::AllgatherOptions options(context);
-  options.setInput(&mine, 1);
-  options.setOutput(everyone.data(), everyone.size());
-  options.setTag(std::numeric_limits<std::uint32_t>::max());  // never a collective's tag
-  options.setTimeout(timeout);
-  gloo::allgather(options);
-}
-
-std::uint8_t* writable(const void* pointer) {
-  // gloo's buffers are non-const even when gloo only reads them (inputs).
-  return static_cast<std::uint8_t*>(const_cast<void*>(pointer));
-}
-
-class GlooCommunicator final : public Communicator {
- public:
-  GlooCommunicator(int rank, int size, std::chrono::milliseconds timeout,
-                   std::shared_ptr<gloo::Context> context)
-      : Communicator(rank, size, timeout), context_(std::move(context)) {}
-
-  std::string_view backend_name() const override { return "gloo"; }
-
- protected:
-  void run_all_gather(const CollectiveCall& call, const void* send, void* recv) override {
-    collective(call, [&](std::chrono::steady_clock::time_point deadline) {
-      const std::size_t bytes = call.count * dtype_size(call.dtype);
-      if (bytes == 0) return;
-      auto* out = static_cast<std::uint8_t*>(recv);
-      gloo::AllgatherOptions options(context_);
-      // No input means in place to gloo: our rank's block is already in recv.
-      if (send != out + static_cast<std::size_t>(rank()) * bytes) {
-        options.setInput(writable(send), bytes);
-      }
-      options.setOutput(out, bytes * static_cast<std::size_t>(size()));
-      options.setTag(tag(call, kDataTag));
-      options.setTimeout(time_left(deadline));
-      gloo::allgather(options);
-    });
-  }
-
-  void run_reduce_scatter(const CollectiveCall& call, const void* send, void* recv) override {
-    collective(call, [&](std::chrono::steady_clock::time_point deadline) {
-      const std::size_t block_bytes = call.count * dtype_size(call.dtype);
-      if (block_bytes == 0) return;
-      const std::size_t total = block_bytes * static_cast<std::size_t>(size());
-      // After the alltoall, row q of `contributions` is rank q's copy of this
-      // rank's block.
-      std::vector<std::uint8_t> contributions(total);
-      gloo::AlltoallOptions options(context_);
-      options.setInput(writable(send), total);
-      options.setOutput(contributions.data(), total);
-      options.setTag(tag(call, kDataTag));
-      options.setTimeout(time_left(deadline));
-      gloo::alltoall(options);
-      reduce_rows(contributions, block_bytes, recv, call);
-    });
-  }
-
-  void run_all_reduce(const CollectiveCall& call, const void* send, void* recv) override {
-    collective(call, [&](std::chrono::steady_clock::time_point deadline) {
-      const std::size_t bytes = call.count * dtype_size(call.dtype);
-      if (bytes == 0) return;
-      std::vector<std::uint8_t> contributions(bytes * static_cast<std::size_t>(size()));
-      gloo::AllgatherOptions options(context_);
-      options.setInput(writable(send), bytes);
-      options.setOutput(contributions.data(), contributions.size());
-      options.setTag(tag(call, kDataTag));
-      options.setTimeout(time_left(deadline));
-      gloo::allgather(options);
-      reduce_rows(contributions, bytes, recv, call);
-    });
-  }
-
-  void run_broadcast(const CollectiveCall& call, const void* send, void* recv) override {
-    collective(call, [&](std::chrono::steady_clock::time_point deadline) {
-      const std::size_t bytes = call.count * dtype_size(call.dtype);
-      if (bytes == 0) return;
-      gloo::BroadcastOptions options(context_);
-      // Non-roots must not name an input; the root names none when in place.
-      if (rank() == call.root && send != recv) options.setInput(writable(send), bytes);
-      options.setOutput(static_cast<std::uint8_t*>(recv), bytes);
-      options.setRoot(call.root);
-      options.setTag(tag(call, kDataTag));
-      options.setTimeout(time_left(deadline));
-      gloo::broadcast(options);
-    });
-  }
-
-  void run_barrier(const CollectiveCall& call) override {
-    // The descriptor exchange in collective() completes on a rank only after
-    // every rank has sent its descriptor: that is a barrier already.
-    collective(call, [](std::chrono::steady_clock::time_point) {});
-  }
-
-  void release_peers(const std::string&) noexcept override {
-    // Hard-close every socket so that peers blocked in a collective fail now
-    // (with "connection closed/reset") rather than at their timeout.
-    try {
-      context_->closeConnections();
-    } catch (...) {
-      // Already broken: nothing left to release.
-    }
-  }
-
- private:
-  static constexpr std::uint32_t kDescriptorTag = 0;
-  static constexpr std::uint32_t kDataTag = 1;
-
-  // Distinct tags per collective keep a late message of one collective from
-  // ever matching another's receive.
-  static std::uint32_t tag(const CollectiveCall& call, std::uint32_t part) {
-    return static_cast<std::uint32_t>(call.sequence * 2 + part);
-  }
-
-  static std::chrono::milliseconds time_left(std::chrono::steady_clock::time_point deadline) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    // gloo reads 0 ms as "no timeout", so never hand it 0.
-    return std::max(left, std::chrono::milliseconds(1));
-  }
-
-  // Exchanges call descriptors, fails on disagreement, then runs `move_data`;
-  // gloo's exceptions come out as CollectiveError.
-  template <typename MoveData>
-  void collective(const CollectiveCall& call, MoveData move_data) {
-    const auto deadline = deadline_from_now();
-    try {
-      check_all_ranks_agree(call, deadline);
-      move_data(deadline);
-    } catch (const CollectiveError&) {
-      throw;
-    } catch (const std::exception& failure) {
-      const FailureKind kind = classify_gloo_error(failure.what());
-      throw error(kind, call, explain_gloo_error(kind, failure.what(), timeout()));
-    }
-  }
-
-  void check_all_ranks_agree(const CollectiveCall& call,
-                             std::chrono::steady_clock::time_point deadline) {
-    WireCall mine = to_wire(call);
-    std::vector<WireCall> everyone(static_cast<std::size_t>(size()));
-    gloo::AllgatherOptions options(context_);
-    options.setInput(reinterpret_cast<std::uint8_t*>(&mine), sizeof(WireCall));
-    options.setOutput(reinterpret_cast<std::uint8_t*>(everyone.data()),
-                      everyone.size() * sizeof(WireCall));
-    options.setTag(tag(call, kDescriptorTag));
-    options.setTimeout(time_left(deadline));
-    gloo::allgather(options);
-
-    std::vector<CollectiveCall> calls;
-    calls.reserve(everyone.size());
-    for (const WireCall& wire : everyone) calls.push_back(from_wire(wire));
-    if (const auto disagreeing = first_disagreeing_rank(calls)) {
-      throw error(FailureKind::kMismatch, call, describe_disagreement(calls, *disagreeing));
-    }
-  }
-
-  void reduce_rows(const std::vector<std::uint8_t>& rows, std::size_t row_bytes, void* out,
-                   const CollectiveCall& call) const {
-    std::vector<const void*> inputs;
-    for (int row = 0; row < size(); ++row) {
-      inputs.push_back(rows.data() + static_cast<std::size_t>(row) * row_bytes);
-    }
-    reduce_in_rank_order(inputs, out, call.count, call.dtype, call.op);
-  }
-
-  std::shared_ptr<gloo::Context> context_;
-};
-
-}  // namespace
 
 std::unique_ptr<Communicator> connect_gloo(int rank, int size,
                                            std::shared_ptr<GlooRendezvousStore> store,
@@ -318,25 +222,9 @@ std::unique_ptr<Communicator> connect_gloo(int rank, int size,
   }
   if (options.timeout.count() <= 0)
     throw std::invalid_argument("connect_gloo: timeout must be positive");
-  ignore_sigpipe_if_default();
-  try {
-    gloo::transport::tcp::attr attributes;
-    attributes.hostname = options.hostname;
-    auto device = gloo::transport::tcp::CreateDevice(attributes);
-    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    // connectFullMesh waits for peers' addresses with the context timeout.
-    context->setTimeout(options.timeout);
-    gloo::rendezvous::PrefixStore prefixed(options.prefix, *store->impl().store);
-    context->connectFullMesh(prefixed, device);
-    wait_until_every_rank_is_connected(context, options.timeout);
-    return std::make_unique<GlooCommunicator>(rank, size, options.timeout, std::move(context));
-  } catch (const std::exception& failure) {
-    const FailureKind kind = classify_gloo_error(failure.what());
-    throw CollectiveError(kind, "connect", rank, size,
-                          explain_gloo_error(kind, failure.what(), options.timeout) +
-                              " (store prefix '" + options.prefix + "', host " + options.hostname +
-                              ")");
-  }
+  // A store exists only where the module loaded: it carries the module.
+  GlooRendezvousStore::Impl& impl = store->impl();
+  return impl.api->connect(rank, size, *impl.store, options);
 }
 
 CommunicatorFactory gloo_thread_ranks(int size, const GlooOptions& options) {

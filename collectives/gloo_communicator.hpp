@@ -21,10 +21,30 @@
 // gloo writes to sockets without MSG_NOSIGNAL: a peer that died would kill
 // this process with SIGPIPE. connect_gloo therefore sets SIGPIPE to SIG_IGN
 // when it is at its default (as Python, and so PyTorch, already does).
+//
+// The backend itself is a module, libfp8c_gloo.so, which is the only part of
+// fp8c that needs libgloo.so.0 (the GPU machine has no gloo). It is loaded
+// once per process, the first time a store or group is asked for, from the
+// first of these that exists (collectives/gloo_module.hpp has the ABI):
+//   1. $FP8C_GLOO_MODULE, when set and not empty: that file and nothing
+//      else, so an override never silently falls back to another copy;
+//   2. a module already in the process (a program linked with it, like the
+//      collectives tests);
+//   3. next to the binary that holds this code: the directory D of
+//      libfp8c.so, or of the executable (/proc/self/exe) when fp8c is linked
+//      statically, then D/../<install libdir> and D/../lib (an installed
+//      bin/fp8c, and build/tools/fp8c with the module in build/lib);
+//   4. the install libdir configured at build time (CMAKE_INSTALL_FULL_LIBDIR);
+//   5. the dynamic linker's own search for libfp8c_gloo.so (LD_LIBRARY_PATH,
+//      ld.so.cache).
+// When none loads, everything that needs gloo throws GlooUnavailable naming
+// the module, each place tried and why it failed (dlerror()); the rest of
+// fp8c, the in-process backend included, works as before.
 #pragma once
 
 #include <chrono>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "collectives/communicator.hpp"
@@ -35,6 +55,8 @@ namespace fp8c::collectives {
 // Where the ranks of a gloo group find each other's addresses.
 class GlooRendezvousStore {
  public:
+  // Both factories load the gloo module (throwing GlooUnavailable when it
+  // cannot be loaded).
   // A map in this process's memory: ranks are threads sharing this object.
   static std::shared_ptr<GlooRendezvousStore> in_memory();
   // Files in `directory` (created if missing): ranks are processes that see
@@ -46,7 +68,7 @@ class GlooRendezvousStore {
   GlooRendezvousStore(const GlooRendezvousStore&) = delete;
   GlooRendezvousStore& operator=(const GlooRendezvousStore&) = delete;
 
-  struct Impl;  // wraps the gloo::rendezvous::Store
+  struct Impl;  // the module's gloo::rendezvous::Store, and the module
   Impl& impl() { return *impl_; }
 
  private:
@@ -64,10 +86,27 @@ struct GlooOptions {
   std::string prefix = "fp8c";
 };
 
+// The gloo module cannot be loaded (or is from another build of fp8c).
+class GlooUnavailable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Loads the gloo module if it is not loaded yet. Empty when the gloo backend
+// can be used; otherwise the message GlooUnavailable carries. The outcome is
+// decided once per process.
+std::string gloo_unavailable_reason();
+inline bool gloo_available() {
+  return gloo_unavailable_reason().empty();
+}
+// The file the module was loaded from (loading it if needed); empty when it
+// cannot be loaded.
+std::string gloo_module_path();
+
 // Joins the gloo group of `size` ranks as `rank`: blocks until every rank has
 // connected to every other (a full TCP mesh). Throws CollectiveError
 // (operation "connect") when a rank does not show up within options.timeout
-// or a socket fails.
+// or a socket fails, GlooUnavailable when the module cannot be loaded.
 //
 // Before destroying a communicator whose peers may still be receiving from
 // it, call barrier(): closing a socket with data in flight resets it.
@@ -76,7 +115,8 @@ std::unique_ptr<Communicator> connect_gloo(int rank, int size,
                                            const GlooOptions& options = {});
 
 // A factory for `size` ranks that are threads of this process, meeting in a
-// fresh in-memory store (for run_ranks).
+// fresh in-memory store (for run_ranks). Creating the store loads the module,
+// so GlooUnavailable comes from here, before any rank has started.
 CommunicatorFactory gloo_thread_ranks(int size, const GlooOptions& options = {});
 
 }  // namespace fp8c::collectives

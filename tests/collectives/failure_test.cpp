@@ -308,5 +308,14 @@ TEST(GlooConnectTest, MissingRankMakesConnectTimeOut) {
   }
 }
 
+// gloo is a module (gloo_communicator.hpp). The tests link it, so it is the
+// copy already in the process, found without a search; the tool's search and
+// its absence are tested through `fp8c verify` (tests/cpu).
+TEST(GlooModuleTest, IsTheModuleLinkedIntoThisProgram) {
+  EXPECT_TRUE(gloo_available()) << gloo_unavailable_reason();
+  EXPECT_EQ(gloo_unavailable_reason(), "");
+  EXPECT_THAT(gloo_module_path(), ::testing::EndsWith("/libfp8c_gloo.so"));
+}
+
 }  // namespace
 }  // namespace fp8c::collectives::testing

@@ -188,9 +188,10 @@ struct ToolRun {
   std::string out;
 };
 
-ToolRun run_tool(const std::string& args) {
+// `env` prefixes the command, e.g. "FP8C_GLOO_MODULE=/x".
+ToolRun run_tool(const std::string& args, const std::string& env = "") {
   ToolRun r;
-  const std::string cmd = std::string(FP8C_TOOL) + " " + args + " 2>&1";
+  const std::string cmd = env + " " + std::string(FP8C_TOOL) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   std::array<char, 4096> buf{};
   while (std::size_t n = fread(buf.data(), 1, buf.size(), p)) r.out.append(buf.data(), n);
@@ -231,6 +232,46 @@ TEST(CpuVerifyCommand, ErrorsAndUsage) {
   r = run_tool("verify " + std::string(FP8C_EXAMPLES) + "/gpt_mlp.fp8 --tokens 16");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.out.find("--force"), std::string::npos) << r.out;
+}
+
+// gloo is a module, libfp8c_gloo.so (collectives/gloo_communicator.hpp):
+// build/tools/fp8c finds it at build/lib as an installed bin/fp8c does at
+// lib/, takes FP8C_GLOO_MODULE over any search, and without it runs the
+// ranks in-process with a note, or fails when gloo was asked for.
+TEST(CpuGlooModule, ToolFindsTheModuleRelativeToItself) {
+  const std::string f = write_temp("gloo.fp8", layer_text("current", "row", false, 2, 128, 64));
+  const ToolRun r = run_tool("verify " + f + " --tokens 32", "env -u FP8C_GLOO_MODULE");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find("note:"), std::string::npos) << r.out;
+  const ToolRun named = run_tool("verify " + f + " --tokens 32 --backend gloo",
+                                 "FP8C_GLOO_MODULE=" FP8C_GLOO_MODULE_FILE);
+  EXPECT_EQ(named.status, 0) << named.out;
+}
+
+TEST(CpuGlooModule, WithoutTheModuleVerifyRunsInProcessUnlessGlooWasAskedFor) {
+  const std::string f = write_temp("gloo.fp8", layer_text("current", "row", false, 2, 128, 64));
+  const std::string missing = "/nonexistent/fp8c/libfp8c_gloo.so";
+  const std::string env = "FP8C_GLOO_MODULE=" + missing;
+  ToolRun r = run_tool("verify " + f + " --tokens 32", env);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("note: running the ranks in-process"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(missing + ": "), std::string::npos) << r.out;  // where, and why
+  EXPECT_NE(r.out.find("checks passed"), std::string::npos) << r.out;
+
+  r = run_tool("verify " + f + " --tokens 32 --backend gloo", env);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("the gloo backend is unavailable: cannot load its module libfp8c_gloo.so"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(missing + ": "), std::string::npos) << r.out;
+
+  // Not a shared object: dlopen's own reason is passed on ("invalid ELF
+  // header"; long enough not to be "file too short").
+  const std::string bogus = write_temp("libfp8c_gloo.so", std::string(256, '#') + "\n");
+  r = run_tool("verify " + f + " --tokens 32 --backend gloo", "FP8C_GLOO_MODULE=" + bogus);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find(bogus + ": "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ELF"), std::string::npos) << r.out;
 }
 
 // Every example whose layers are small enough to run on CPU in seconds

@@ -1,10 +1,16 @@
-// fp8c must load on a machine without a GPU driver: no binary of it may
-// name libcuda, libnvrtc, libnccl or libcublasLt as a link-time dependency.
+// fp8c must load on the GPU machine, which has neither a GPU driver on every
+// host nor gloo: no binary users run (the `fp8c` tool, libfp8c.so) may name
+// libcuda, libnvrtc, libnccl, libcublasLt or libgloo as a link-time
+// dependency (DT_NEEDED). CUDA libraries are opened with dlopen; gloo lives
+// in the module libfp8c_gloo.so, also opened with dlopen.
 #include <gtest/gtest.h>
 
 #include <array>
 #include <cstdio>
+#include <initializer_list>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -18,21 +24,54 @@ std::string dynamic_section(const std::string& binary) {
   return out;
 }
 
-void expect_no_cuda_library(const std::string& binary) {
+// The (NEEDED) lines only: a library's own SONAME or RUNPATH may mention
+// anything.
+std::vector<std::string> needed(const std::string& binary) {
   const std::string section = dynamic_section(binary);
-  ASSERT_NE(section.find("NEEDED"), std::string::npos) << "readelf failed on " << binary << ":\n"
-                                                       << section;
-  for (const char* lib : {"libcuda", "libnvrtc", "libnccl", "libcublas", "libcudart"})
-    EXPECT_EQ(section.find(lib), std::string::npos) << binary << " needs " << lib << ":\n"
-                                                    << section;
+  std::vector<std::string> lines;
+  std::istringstream in(section);
+  for (std::string line; std::getline(in, line);)
+    if (line.find("(NEEDED)") != std::string::npos) lines.push_back(line);
+  EXPECT_FALSE(lines.empty()) << "readelf found no NEEDED entry in " << binary << ":\n" << section;
+  return lines;
 }
 
-TEST(Linkage, FpcToolHasNoCudaLibraryDependency) {
-  expect_no_cuda_library(FP8C_TOOL_PATH);
+bool needs(const std::vector<std::string>& lines, const std::string& library) {
+  for (const auto& line : lines)
+    if (line.find("[" + library) != std::string::npos) return true;
+  return false;
+}
+
+const std::initializer_list<const char*> kCuda = {"libcuda", "libnvrtc", "libnccl", "libcublas",
+                                                  "libcudart"};
+
+void expect_none_of(const std::string& binary, std::initializer_list<const char*> libraries) {
+  const auto lines = needed(binary);
+  for (const char* library : libraries) {
+    EXPECT_FALSE(needs(lines, library)) << binary << " needs " << library << ":\n"
+                                        << ::testing::PrintToString(lines);
+  }
+}
+
+TEST(Linkage, FpcToolNeedsNoCudaLibraryAndNoGloo) {
+  expect_none_of(FP8C_TOOL_PATH, kCuda);
+  expect_none_of(FP8C_TOOL_PATH, {"libgloo", "libfp8c_gloo"});
+}
+
+TEST(Linkage, SharedLibraryNeedsNoCudaLibraryAndNoGloo) {
+  expect_none_of(FP8C_LIBRARY_PATH, kCuda);
+  expect_none_of(FP8C_LIBRARY_PATH, {"libgloo", "libfp8c_gloo"});
 }
 
 TEST(Linkage, RuntimeTestsHaveNoCudaLibraryDependency) {
-  expect_no_cuda_library(FP8C_SELF_PATH);
+  expect_none_of(FP8C_SELF_PATH, kCuda);
+}
+
+// The module is where gloo went: it needs libgloo (so the checks above would
+// see it if it leaked back) and nothing of CUDA.
+TEST(Linkage, GlooModuleNeedsGlooAndNoCudaLibrary) {
+  EXPECT_TRUE(needs(needed(FP8C_GLOO_MODULE_PATH), "libgloo"));
+  expect_none_of(FP8C_GLOO_MODULE_PATH, kCuda);
 }
 
 }  // namespace

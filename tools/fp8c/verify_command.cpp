@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <iostream>
+#include <optional>
+#include <string>
 
 #include "codegen/planner.hpp"
+#include "collectives/gloo_communicator.hpp"
 #include "fp8c/dsl.hpp"
 #include "runtime/cpu/verify.hpp"
 #include "tools/fp8c/commands.hpp"
@@ -13,7 +16,7 @@ namespace {
 
 constexpr std::string_view kVerifyHelp =
     "usage: fp8c verify FILE [--ranks N] [--tokens M] [--steps K] [--seed S]\n"
-    "                        [--backend gloo|inproc] [--layer L] [--json] [--force]\n"
+    "                        [--backend gloo|in-process] [--layer L] [--json] [--force]\n"
     "\n"
     "Runs each layer of FILE on CPU ranks (threads with gloo or in-process\n"
     "collectives) with its N-rank plan and with its 1-rank plan on the same\n"
@@ -30,7 +33,10 @@ constexpr std::string_view kVerifyHelp =
     "                 sequence parallelism)\n"
     "  --steps K      training steps (default 1)\n"
     "  --seed S       random data seed (default 1)\n"
-    "  --backend B    gloo (default, TCP over loopback) or inproc\n"
+    "  --backend B    gloo (TCP over loopback) or in-process (also: inproc).\n"
+    "                 Default: gloo when its module, libfp8c_gloo.so, loads, else\n"
+    "                 in-process with a note on stderr. FP8C_GLOO_MODULE=PATH\n"
+    "                 names the module (search order: README.md)\n"
     "  --layer L      only layer L\n"
     "  --json         JSON instead of the table\n"
     "  --force        run layers above 2e10 GEMM FLOPs per step (slow on CPU)\n"
@@ -41,6 +47,7 @@ constexpr std::string_view kVerifyHelp =
 int run_verify(const Args& args) {
   std::string file;
   cpu::VerifyOptions options;
+  std::optional<collectives::Backend> backend;  // as asked; unset: gloo if it loads
   bool json = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -54,11 +61,11 @@ int run_verify(const Args& args) {
       if (a == "--layer") {
         options.layer = v;
       } else if (v == "gloo") {
-        options.executor.backend = collectives::Backend::kGloo;
-      } else if (v == "inproc") {
-        options.executor.backend = collectives::Backend::kInProcess;
+        backend = collectives::Backend::kGloo;
+      } else if (v == "in-process" || v == "inproc") {
+        backend = collectives::Backend::kInProcess;
       } else {
-        return usage_error("verify", "--backend must be gloo or inproc, not '" + v + "'");
+        return usage_error("verify", "--backend must be gloo or in-process, not '" + v + "'");
       }
     } else if (a == "--ranks" || a == "--tokens" || a == "--steps" || a == "--seed") {
       std::uint64_t n = 0;
@@ -88,6 +95,20 @@ int run_verify(const Args& args) {
   const std::optional<Spec> loaded = load_spec_reporting(file);
   if (!loaded) return 1;
   const Spec& spec = *loaded;
+  if (backend) {
+    // Asked for gloo and it does not load: an error (GlooUnavailable, exit 1)
+    // from the first group, not a silent change of backend.
+    options.executor.backend = *backend;
+  } else if (const std::string why = collectives::gloo_unavailable_reason(); why.empty()) {
+    options.executor.backend = collectives::Backend::kGloo;
+  } else {
+    // The GPU machine has no libgloo: the oracle still runs, on the other
+    // CPU backend, which is bit-identical by contract (collectives/README.md).
+    std::cerr << "fp8c verify: note: running the ranks in-process (--backend in-process) "
+                 "because gloo is unavailable:\n"
+              << why << "\n";
+    options.executor.backend = collectives::Backend::kInProcess;
+  }
   cpu::VerifyReport report;
   try {
     report = cpu::verify_spec(spec, options);
