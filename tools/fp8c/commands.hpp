@@ -26,6 +26,7 @@ const std::vector<Command>& dsl_commands();
 const std::vector<Command>& plan_commands();
 const std::vector<Command>& kernel_commands();
 const std::vector<Command>& verify_commands();
+const std::vector<Command>& bench_commands();
 
 // Usage errors print `fp8c NAME: message` and a pointer to --help.
 int usage_error(std::string_view command, std::string_view message);

@@ -1,4 +1,4 @@
-// fp8c: check, format, explain, plan, emit, compile and verify
+// fp8c: check, format, explain, plan, emit, compile, verify and bench
 // .fp8 layer specs.
 
 #include <iostream>
@@ -17,6 +17,8 @@ std::vector<Command> all_commands() {
   all.insert(all.end(), kernels.begin(), kernels.end());
   const auto& verify = verify_commands();
   all.insert(all.end(), verify.begin(), verify.end());
+  const auto& bench = bench_commands();
+  all.insert(all.end(), bench.begin(), bench.end());
   return all;
 }
 

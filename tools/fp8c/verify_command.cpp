@@ -9,6 +9,10 @@
 #include "collectives/gloo_communicator.hpp"
 #include "fp8c/dsl.hpp"
 #include "runtime/cpu/verify.hpp"
+#include "runtime/cubin_cache.hpp"
+#include "runtime/dynamic_library.hpp"
+#include "runtime/gpu/gpu_verify.hpp"
+#include "runtime/gpu/rank_executor.hpp"
 #include "tools/fp8c/commands.hpp"
 
 namespace fp8c::tools {
@@ -17,6 +21,7 @@ namespace {
 constexpr std::string_view kVerifyHelp =
     "usage: fp8c verify FILE [--ranks N] [--tokens M] [--steps K] [--seed S]\n"
     "                        [--backend gloo|in-process] [--layer L] [--json] [--force]\n"
+    "                        [--device cpu|gpu]\n"
     "\n"
     "Runs each layer of FILE on CPU ranks (threads with gloo or in-process\n"
     "collectives) with its N-rank plan and with its 1-rank plan on the same\n"
@@ -40,6 +45,12 @@ constexpr std::string_view kVerifyHelp =
     "  --layer L      only layer L\n"
     "  --json         JSON instead of the table\n"
     "  --force        run layers above 2e10 GEMM FLOPs per step (slow on CPU)\n"
+    "  --device gpu   run the N-rank plan on the GPU instead (all ranks on GPU 0,\n"
+    "                 single-GPU multi-rank mode) and compare it with the CPU\n"
+    "                 reference executor on the same data, per rank and step:\n"
+    "                 FP8 data quantized from the inputs bitwise, y/dx/dw/dbias\n"
+    "                 and gradient scales within the reduction tolerance\n"
+    "                 (docs/runtime.md)\n"
     "\n"
     "Exit status: 0 every check passed, 1 a check failed or the spec cannot be\n"
     "verified as asked, 2 usage error.\n";
@@ -49,16 +60,21 @@ int run_verify(const Args& args) {
   cpu::VerifyOptions options;
   std::optional<collectives::Backend> backend;  // as asked; unset: gloo if it loads
   bool json = false;
+  bool on_gpu = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--json") {
       json = true;
     } else if (a == "--force") {
       options.force = true;
-    } else if (a == "--layer" || a == "--backend") {
+    } else if (a == "--layer" || a == "--backend" || a == "--device") {
       if (i + 1 >= args.size()) return usage_error("verify", a + " needs a value");
       const std::string v = args[++i];
-      if (a == "--layer") {
+      if (a == "--device") {
+        if (v != "cpu" && v != "gpu")
+          return usage_error("verify", "--device must be cpu or gpu, not '" + v + "'");
+        on_gpu = v == "gpu";
+      } else if (a == "--layer") {
         options.layer = v;
       } else if (v == "gloo") {
         backend = collectives::Backend::kGloo;
@@ -109,9 +125,22 @@ int run_verify(const Args& args) {
               << why << "\n";
     options.executor.backend = collectives::Backend::kInProcess;
   }
+  if (on_gpu) options.executor.backend = collectives::Backend::kInProcess;
   cpu::VerifyReport report;
   try {
-    report = cpu::verify_spec(spec, options);
+    if (on_gpu) {
+      runtime::Device device(0);
+      runtime::Jit jit(device.arch(), runtime::CubinCache(runtime::CubinCache::default_directory()));
+      report = runtime::verify_spec_on_gpu(spec, options, device, jit);
+    } else {
+      report = cpu::verify_spec(spec, options);
+    }
+  } catch (const runtime::Unavailable& e) {
+    std::cerr << "fp8c verify: --device gpu needs a GPU: " << e.what() << "\n";
+    return 1;
+  } catch (const runtime::ExecutorError& e) {
+    std::cerr << "fp8c verify: " << file << ": " << e.what() << "\n";
+    return 1;
   } catch (const PlanError& e) {
     std::cerr << "fp8c verify: " << file << ": " << e.what() << "\n";
     return 1;
