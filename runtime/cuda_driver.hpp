@@ -31,6 +31,7 @@ namespace fp8c::runtime {
   X(cuDevicePrimaryCtxRelease, 11000) \
   X(cuCtxSetCurrent, 4000)            \
   X(cuCtxGetDevice, 2000)             \
+  X(cuCtxGetCurrent, 4000)            \
   X(cuCtxSynchronize, 2000)           \
   X(cuModuleLoadData, 2000)           \
   X(cuModuleUnload, 2000)             \
@@ -50,6 +51,7 @@ namespace fp8c::runtime {
   X(cuStreamCreate, 2000)             \
   X(cuStreamDestroy, 4000)            \
   X(cuStreamSynchronize, 2000)        \
+  X(cuStreamQuery, 2000)              \
   X(cuStreamWaitEvent, 3020)          \
   X(cuEventCreate, 2000)              \
   X(cuEventDestroy, 4000)             \

@@ -1,0 +1,160 @@
+// The argument checks the device communicators (single-GPU group and NCCL)
+// make before communicating. Pure functions of addresses: no GPU needed.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "collectives/collective_error.hpp"
+#include "runtime/comm/device_call_check.hpp"
+
+namespace fp8c::runtime {
+namespace {
+
+using collectives::CollectiveError;
+using collectives::CollectiveKind;
+using collectives::DType;
+using collectives::FailureKind;
+using collectives::ReduceOp;
+using ::testing::HasSubstr;
+
+constexpr CUdeviceptr kBase = 0x7f0000000000ull;
+
+collectives::CollectiveCall call(CollectiveKind kind, std::size_t count,
+                                 DType dtype = DType::kFloat32, ReduceOp op = ReduceOp::kSum,
+                                 int root = 0) {
+  CallSequence sequence;
+  return sequence.next(kind, count, dtype, op, root);
+}
+
+// The detail of the kInvalidArgument error `check` throws, or "" if none.
+template <typename Check>
+std::string refusal(Check check) {
+  try {
+    check();
+  } catch (const CollectiveError& e) {
+    EXPECT_EQ(e.kind(), FailureKind::kInvalidArgument) << e.what();
+    return e.detail();
+  }
+  return "";
+}
+
+TEST(LocalAndNcclArgumentChecks, SequenceNumbersEachCall) {
+  CallSequence sequence;
+  EXPECT_EQ(sequence.next(CollectiveKind::kAllGather, 1, DType::kUInt8, ReduceOp::kSum, 0).sequence,
+            0u);
+  const auto second =
+      sequence.next(CollectiveKind::kAllReduce, 4, DType::kFloat32, ReduceOp::kMax, 0);
+  EXPECT_EQ(second.sequence, 1u);
+  EXPECT_EQ(second.op, ReduceOp::kMax);
+  EXPECT_EQ(second.count, 4u);
+}
+
+TEST(LocalAndNcclArgumentChecks, Fp8IsGatheredButNeverReduced) {
+  EXPECT_EQ(refusal([] {
+              check_device_call(call(CollectiveKind::kAllGather, 16, DType::kFloat8E4M3), 0, 2,
+                                kBase, kBase + 4096);
+            }),
+            "");
+  EXPECT_THAT(refusal([] {
+                check_device_call(call(CollectiveKind::kAllReduce, 16, DType::kFloat8E5M2), 0, 2,
+                                  kBase, kBase + 4096);
+              }),
+              HasSubstr("FP8 tensors are only gathered or broadcast"));
+  EXPECT_THAT(refusal([] {
+                check_device_call(call(CollectiveKind::kReduceScatter, 16, DType::kFloat8E4M3), 0,
+                                  2, kBase, kBase + 4096);
+              }),
+              HasSubstr("float8_e4m3"));
+}
+
+TEST(LocalAndNcclArgumentChecks, InPlaceFormsPassAndOtherOverlapsFail) {
+  // all_gather: send == recv + rank * count (rank 1 of 4, 16 floats = 64 bytes).
+  EXPECT_EQ(refusal([] {
+              check_device_call(call(CollectiveKind::kAllGather, 16), 1, 4, kBase + 64, kBase);
+            }),
+            "");
+  EXPECT_THAT(refusal([] {
+                check_device_call(call(CollectiveKind::kAllGather, 16), 1, 4, kBase + 4, kBase);
+              }),
+              HasSubstr("send == recv + rank * send_count"));
+  // reduce_scatter: recv == send + rank * count.
+  EXPECT_EQ(refusal([] {
+              check_device_call(call(CollectiveKind::kReduceScatter, 16), 2, 4, kBase, kBase + 128);
+            }),
+            "");
+  EXPECT_THAT(refusal([] {
+                check_device_call(call(CollectiveKind::kReduceScatter, 16), 2, 4, kBase,
+                                  kBase + 64);
+              }),
+              HasSubstr("recv == send + rank * recv_count"));
+  // all_reduce: send == recv.
+  EXPECT_EQ(
+      refusal([] { check_device_call(call(CollectiveKind::kAllReduce, 16), 0, 2, kBase, kBase); }),
+      "");
+  EXPECT_THAT(refusal([] {
+                check_device_call(call(CollectiveKind::kAllReduce, 16), 0, 2, kBase, kBase + 8);
+              }),
+              HasSubstr("send == recv"));
+}
+
+TEST(LocalAndNcclArgumentChecks, NullBuffersAndRootsAreChecked) {
+  EXPECT_THAT(
+      refusal([] { check_device_call(call(CollectiveKind::kAllReduce, 16), 0, 2, 0, kBase); }),
+      HasSubstr("send is null"));
+  // Zero elements need no buffers.
+  EXPECT_EQ(refusal([] { check_device_call(call(CollectiveKind::kAllReduce, 0), 0, 2, 0, 0); }),
+            "");
+  // Broadcast reads send on the root only.
+  EXPECT_EQ(refusal([] {
+              check_device_call(
+                  call(CollectiveKind::kBroadcast, 16, DType::kFloat32, ReduceOp::kSum, 1), 0, 2, 0,
+                  kBase);
+            }),
+            "");
+  EXPECT_THAT(refusal([] {
+                check_device_call(
+                    call(CollectiveKind::kBroadcast, 16, DType::kFloat32, ReduceOp::kSum, 1), 1, 2,
+                    0, kBase);
+              }),
+              HasSubstr("send (on the root) is null"));
+  EXPECT_THAT(refusal([] {
+                check_device_call(
+                    call(CollectiveKind::kBroadcast, 16, DType::kFloat32, ReduceOp::kSum, 2), 0, 2,
+                    kBase, kBase + 4096);
+              }),
+              HasSubstr("root 2 is not a rank"));
+}
+
+TEST(LocalAndNcclArgumentChecks, InvalidEnumsAndOverflowingCountsAreRefused) {
+  EXPECT_THAT(refusal([] {
+                check_device_call(call(CollectiveKind::kAllGather, 1, static_cast<DType>(99)), 0, 2,
+                                  kBase, kBase + 64);
+              }),
+              HasSubstr("invalid dtype"));
+  EXPECT_THAT(refusal([] {
+                check_device_call(call(CollectiveKind::kAllGather, std::size_t{1} << 62), 0, 8,
+                                  kBase, kBase + 64);
+              }),
+              HasSubstr("overflows"));
+}
+
+TEST(LocalAndNcclArgumentChecks, SingleGpuGroupNeedsElementAlignedBuffers) {
+  EXPECT_EQ(refusal([] {
+              check_element_alignment(call(CollectiveKind::kAllReduce, 4, DType::kBFloat16), 0, 2,
+                                      kBase + 2, kBase + 6);
+            }),
+            "");
+  EXPECT_THAT(refusal([] {
+                check_element_alignment(call(CollectiveKind::kAllReduce, 4, DType::kFloat32), 0, 2,
+                                        kBase + 2, kBase + 8);
+              }),
+              HasSubstr("send is not aligned to its 4-byte elements"));
+  // Bytes align anywhere.
+  EXPECT_EQ(refusal([] {
+              check_element_alignment(call(CollectiveKind::kAllGather, 3, DType::kFloat8E4M3), 0, 2,
+                                      kBase + 1, kBase + 7);
+            }),
+            "");
+}
+
+}  // namespace
+}  // namespace fp8c::runtime

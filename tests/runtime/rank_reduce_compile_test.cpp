@@ -1,0 +1,76 @@
+// The single-GPU group's kernels (every rank_reduce variant and rank_copy)
+// compile with NVRTC for sm_90a without register spills. No GPU needed, so
+// this runs in CI; the GPU tests check what they compute.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+
+#include "codegen/kernels/rank_copy.hpp"
+#include "codegen/kernels/rank_reduce.hpp"
+#include "runtime/comm/rank_kernels.hpp"
+#include "runtime/jit.hpp"
+
+namespace fp8c::runtime {
+namespace {
+
+std::vector<KernelSource> all_sources() {
+  std::vector<KernelSource> sources;
+  for (const auto& k : all_rank_reduce_kernels()) sources.push_back(emit_cuda(k));
+  sources.push_back(emit_cuda(RankCopyKernel{}));
+  return sources;
+}
+
+TEST(RankReduceKernels, EveryVariantIsSelfContainedAndNamedOnce) {
+  std::set<std::string> names;
+  for (const auto& s : all_sources()) {
+    EXPECT_TRUE(names.insert(s.name).second) << "two kernels named " << s.name;
+    EXPECT_EQ(s.entry, s.name);
+    EXPECT_EQ(s.source.find("#include"), std::string::npos) << s.name << " must be self-contained";
+  }
+  EXPECT_EQ(names.size(), 13u);  // 6 element types x {sum, max} + copy
+  EXPECT_TRUE(names.count("rank_reduce_sum_bf16"));
+  EXPECT_TRUE(names.count("rank_reduce_max_f16"));
+}
+
+TEST(RankReduceKernels, EveryVariantCompilesForSm90aWithoutSpills) {
+  const auto dir = std::filesystem::temp_directory_path() / "fp8c-rank-reduce-compile-test";
+  std::filesystem::remove_all(dir);
+  const Jit jit("sm_90a", CubinCache(dir.string()));
+  for (const auto& c : jit.compile_all(all_sources())) {
+    EXPECT_FALSE(c.cubin.empty()) << c.name;
+    EXPECT_GT(c.registers, 0) << c.name;
+    EXPECT_EQ(c.spill_stores, 0) << c.name;
+    EXPECT_EQ(c.spill_loads, 0) << c.name;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RankReduceKernels, ReductionsUseExplicitlyRoundedAddsOnly) {
+  // -fmad or a fast-math helper must never change a sum: every float add is
+  // __fadd_rn/__dadd_rn, and there is nothing to contract.
+  for (const auto& k : all_rank_reduce_kernels()) {
+    const std::string s = emit_cuda(k).source;
+    if (k.op == RankReduceOp::sum &&
+        (k.element == ReduceElement::f32 || k.element == ReduceElement::bf16 ||
+         k.element == ReduceElement::f16)) {
+      EXPECT_NE(s.find("__fadd_rn"), std::string::npos) << k.name();
+    }
+    if (k.op == RankReduceOp::sum && k.element == ReduceElement::f64) {
+      EXPECT_NE(s.find("__dadd_rn"), std::string::npos) << k.name();
+    }
+    EXPECT_EQ(s.find("__fmaf"), std::string::npos) << k.name();
+  }
+}
+
+TEST(RankReduceKernels, Fp8IsNeverReduced) {
+  EXPECT_THROW(rank_reduce_kernel(collectives::DType::kFloat8E4M3, collectives::ReduceOp::kSum),
+               std::invalid_argument);
+  EXPECT_THROW(rank_reduce_kernel(collectives::DType::kFloat8E5M2, collectives::ReduceOp::kMax),
+               std::invalid_argument);
+  EXPECT_EQ(rank_reduce_kernel(collectives::DType::kBFloat16, collectives::ReduceOp::kMax).name(),
+            "rank_reduce_max_bf16");
+}
+
+}  // namespace
+}  // namespace fp8c::runtime
