@@ -77,7 +77,7 @@ EpilogueResult reference_epilogue(const EpilogueKernel& k, const void* x, const 
     }
   }
   // dbias_reduce: from +0, tile by tile.
-  for (std::int64_t tile = 0; tile < tiles; ++tile)
+  for (std::int64_t tile = 0; k.dbias && tile < tiles; ++tile)
     for (std::int64_t c = 0; c < cols; ++c)
       r.dbias[static_cast<std::size_t>(c)] +=
           r.dbias_partial[static_cast<std::size_t>(tile * cols + c)];
