@@ -1,6 +1,7 @@
 #include "codegen/kernels/plan_kernels.hpp"
 
 #include <algorithm>
+#include <string_view>
 
 namespace fp8c {
 namespace {
@@ -40,6 +41,63 @@ ScaleUpdateKernel scale_update_kernel(const LayerPlan& plan, const Step& s, cons
   return k;
 }
 
+// A tensor's name without the layer prefix and without the ".2", ".3" the
+// planner appends to a repeated name: "z", "y.amax", ... (the executor's key).
+std::string key(const LayerPlan& plan, const Tensor& t) {
+  std::string k = t.name.substr(std::min(t.name.size(), plan.layer.size() + 1));
+  const auto dot = k.rfind('.');
+  if (dot != std::string::npos && dot + 1 < k.size() &&
+      k.find_first_not_of("0123456789", dot + 1) == std::string::npos)
+    k.resize(dot);
+  return k;
+}
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// An epilogue step, as runtime/cpu's executor reads it: backward when it
+// fuses dact or dbias (v = dy * act'(z), db), else forward (bias,
+// activation, z saved, y in its type or FP8 with an amax).
+EpilogueKernel epilogue_kernel(const LayerPlan& plan, const Step& s, const Layer& layer) {
+  EpilogueKernel k;
+  k.input = plan.tensor(s.inputs.at(0)).type;
+  k.output = k.input;
+  if (s.fused_dact || s.fused_dbias) {
+    k.backward = true;
+    k.activation = s.fused_dact ? layer.activation : Activation::none;
+    k.dbias = s.fused_dbias;
+    return k;
+  }
+  k.bias = s.bias;
+  k.activation = layer.activation;
+  for (int id : s.outputs) {
+    const Tensor& t = plan.tensor(id);
+    const std::string k_name = key(plan, t);
+    if (k_name == "z")
+      k.store_pre = true;
+    else if (ends_with(k_name, ".amax"))
+      k.amax = true;
+    else
+      k.output = t.type;
+  }
+  return k;
+}
+
+// A dequantize step: the FP8 operand (its usage, scaling and format) into a
+// rowwise high-precision tensor.
+DequantizeKernel dequantize_kernel(const LayerPlan& plan, const Step& s) {
+  const Tensor& q = plan.tensor(s.inputs.at(0));
+  DequantizeKernel k;
+  k.format = q.type == ElemType::e5m2 ? Fp8Format::e5m2 : Fp8Format::e4m3;
+  k.scaling = q.scaling;
+  k.output = plan.tensor(s.outputs.at(0)).type;
+  k.transpose = q.usage == Usage::columnwise;
+  k.amax = s.stats;
+  return k;
+}
+
 }  // namespace
 
 StepKernels kernels_for_step(const LayerPlan& plan, const Step& s, const Layer& layer) {
@@ -57,9 +115,11 @@ StepKernels kernels_for_step(const LayerPlan& plan, const Step& s, const Layer& 
     case StepKind::scale_update:
       out.kernels.push_back({scale_update_kernel(plan, s, layer)});
       return out;
-    case StepKind::dequantize:
     case StepKind::epilogue:
-      out.not_generated = true;
+      out.kernels.push_back({epilogue_kernel(plan, s, layer)});
+      return out;
+    case StepKind::dequantize:
+      out.kernels.push_back({dequantize_kernel(plan, s)});
       return out;
     case StepKind::quantize:
     case StepKind::amax:

@@ -1,6 +1,7 @@
 // Which generated kernels a Plan needs: each quantize and amax step of a
 // layer becomes a kernel description, fused as the step says; transpose,
-// permute and scale_update steps become their own kernels. Identical
+// permute, scale_update, epilogue and dequantize steps become their own
+// kernels. Identical
 // descriptions (the same variant needed by several steps or layers) are
 // listed once. Steps whose generator does not exist yet are listed too, so
 // `fp8c compile` says plainly what it cannot build.
@@ -11,6 +12,8 @@
 #include <vector>
 
 #include "codegen/kernels/block_quantize.hpp"
+#include "codegen/kernels/dequantize.hpp"
+#include "codegen/kernels/epilogue.hpp"
 #include "codegen/kernels/permute.hpp"
 #include "codegen/kernels/quantize.hpp"
 #include "codegen/kernels/scale_update.hpp"
@@ -23,7 +26,7 @@ namespace fp8c {
 // Any kernel description a plan step can need.
 struct GeneratedKernel {
   std::variant<QuantizeKernel, BlockQuantizeKernel, TransposeKernel, PermuteKernel,
-               ScaleUpdateKernel>
+               ScaleUpdateKernel, EpilogueKernel, DequantizeKernel>
       description;
 
   std::string name() const;

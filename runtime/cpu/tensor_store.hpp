@@ -45,6 +45,10 @@ class TensorStore {
   std::vector<bool> gathered_inner_;
 };
 
+// Per tensor id: an all-gather output gathered along its inner physical dim,
+// or a permuted copy of one (TensorStore::gathered_inner).
+std::vector<bool> gathered_inner_tensors(const LayerPlan& plan);
+
 // Rounds a float to what a tensor of `type` (bf16, fp16, fp32) stores.
 float round_to(ElemType type, float value);
 

@@ -29,6 +29,10 @@ KernelSet::KernelSet(const Jit& jit, const std::vector<GeneratedKernel>& kernels
             permute_.try_emplace(name, std::make_unique<PermuteLauncher>(jit, d));
           else if constexpr (std::is_same_v<D, ScaleUpdateKernel>)
             scale_update_.try_emplace(name, std::make_unique<ScaleUpdateLauncher>(jit, d));
+          else if constexpr (std::is_same_v<D, EpilogueKernel>)
+            epilogue_.try_emplace(name, std::make_unique<EpilogueLauncher>(jit, d));
+          else if constexpr (std::is_same_v<D, DequantizeKernel>)
+            dequantize_.try_emplace(name, std::make_unique<DequantizeLauncher>(jit, d));
           else
             static_assert(sizeof(D) == 0, "KernelSet: a GeneratedKernel alternative is not loaded");
         },
@@ -66,6 +70,13 @@ const ScaleUpdateLauncher& KernelSet::scale_update(const ScaleUpdateKernel& k) c
 }
 const DbiasReduceLauncher& KernelSet::dbias_reduce(ElemType output) const {
   return find(dbias_reduce_, std::string(to_string(output)));
+}
+
+const EpilogueLauncher& KernelSet::epilogue(const EpilogueKernel& k) const {
+  return find(epilogue_, k.name());
+}
+const DequantizeLauncher& KernelSet::dequantize(const DequantizeKernel& k) const {
+  return find(dequantize_, k.name());
 }
 
 }  // namespace fp8c::runtime

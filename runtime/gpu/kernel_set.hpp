@@ -11,6 +11,8 @@
 
 #include "codegen/kernels/plan_kernels.hpp"
 #include "runtime/block_quantize_launcher.hpp"
+#include "runtime/dequantize_launcher.hpp"
+#include "runtime/epilogue_launcher.hpp"
 #include "runtime/jit.hpp"
 #include "runtime/kernel_launchers.hpp"
 #include "runtime/quantize_launcher.hpp"
@@ -32,6 +34,8 @@ class KernelSet {
   const PermuteLauncher& permute(const PermuteKernel& k) const;
   const ScaleUpdateLauncher& scale_update(const ScaleUpdateKernel& k) const;
   const DbiasReduceLauncher& dbias_reduce(ElemType output) const;
+  const EpilogueLauncher& epilogue(const EpilogueKernel& k) const;
+  const DequantizeLauncher& dequantize(const DequantizeKernel& k) const;
 
   // Compile statistics, in the order given (for `fp8c bench` and logs).
   const std::vector<CompiledKernel>& compiled() const { return compiled_; }
@@ -47,6 +51,8 @@ class KernelSet {
   std::map<std::string, std::unique_ptr<PermuteLauncher>> permute_;
   std::map<std::string, std::unique_ptr<ScaleUpdateLauncher>> scale_update_;
   std::map<std::string, std::unique_ptr<DbiasReduceLauncher>> dbias_reduce_;
+  std::map<std::string, std::unique_ptr<EpilogueLauncher>> epilogue_;
+  std::map<std::string, std::unique_ptr<DequantizeLauncher>> dequantize_;
 };
 
 }  // namespace fp8c::runtime

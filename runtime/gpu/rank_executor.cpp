@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 namespace fp8c::runtime {
@@ -38,6 +39,59 @@ const char* k_dim_name(GemmRole role) {
 
 std::size_t round_up(std::size_t v, std::size_t to) { return (v + to - 1) / to * to; }
 
+bool block_scaled(const Tensor& t) {
+  return t.is_fp8() && t.scaling != Scaling::per_tensor && t.scaling != Scaling::none;
+}
+
+// cuBLASLt on Hopper reads 1x128 scales K-block-major and MX not at all;
+// the quantize kernels write row-major block scales. Until they write
+// cuBLASLt's order, block-scaled GEMMs run on dequantized operands.
+bool needs_dequantized_operands(const LayerPlan& plan, const Step& s) {
+  return s.kind == StepKind::gemm &&
+         (block_scaled(plan.tensor(s.inputs[0])) || block_scaled(plan.tensor(s.inputs[1])));
+}
+
+// Exact in bf16: E4M3/E5M2 values times a power of two (MX, pow2 scales);
+// anything else is dequantized to fp32 so the GEMM sees the CPU's values.
+ElemType dequantized_type(const Tensor& t, const Layer& layer) {
+  if (t.scaling == Scaling::mx_1x32 || layer.recipe.scale == ScaleForm::pow2) return ElemType::bf16;
+  return ElemType::fp32;
+}
+
+DequantizeKernel operand_dequantize_kernel(const Tensor& t, const Layer& layer) {
+  DequantizeKernel k;
+  k.format = t.type == ElemType::e5m2 ? Fp8Format::e5m2 : Fp8Format::e4m3;
+  k.scaling = t.scaling;
+  k.output = dequantized_type(t, layer);
+  k.transpose = t.usage == Usage::columnwise;
+  return k;
+}
+
+// cuBLASLt applies GELU itself; relu and silu run as a kernel after a GEMM
+// that writes the pre-activation.
+bool activation_after_gemm(const Step& s) {
+  return s.kind == StepKind::gemm && s.role == GemmRole::fprop &&
+         (s.activation == Activation::relu || s.activation == Activation::silu);
+}
+
+EpilogueKernel activation_kernel(const LayerPlan& plan, const Step& s) {
+  EpilogueKernel k;
+  k.activation = s.activation;
+  for (int id : s.outputs) {
+    const Tensor& t = plan.tensor(id);
+    const std::string key = cpu::tensor_key(plan, id);
+    if (key == "z") {
+      k.input = t.type;
+    } else if (key.size() > 5 && key.compare(key.size() - 5, 5, ".amax") == 0) {
+      k.amax = true;
+    } else {
+      k.output = t.type;
+      if (!t.is_fp8()) k.input = t.type;
+    }
+  }
+  return k;
+}
+
 }  // namespace
 
 LayerKernels layer_kernels(const Layer& layer, const LayerPlan& plan) {
@@ -50,10 +104,14 @@ LayerKernels layer_kernels(const Layer& layer, const LayerPlan& plan) {
         missing += "\n  " + std::string(to_string(s.kind)) + " " +
                    (s.inputs.empty() ? "" : plan.tensor(s.inputs[0]).name) +
                    (k.why.empty() ? "" : " [" + k.why + "]");
+      if (needs_dequantized_operands(plan, s))
+        for (int i : {0, 1})
+          k.kernels.push_back({operand_dequantize_kernel(plan.tensor(s.inputs[i]), layer)});
+      if (activation_after_gemm(s)) k.kernels.push_back({activation_kernel(plan, s)});
       for (auto& g : k.kernels)
         if (std::find(out.kernels.begin(), out.kernels.end(), g) == out.kernels.end())
           out.kernels.push_back(std::move(g));
-      if (s.kind == StepKind::quantize && s.fused_dbias)
+      if ((s.kind == StepKind::quantize || s.kind == StepKind::epilogue) && s.fused_dbias)
         for (int id : s.outputs)
           if (cpu::tensor_key(plan, id) == "db" &&
               std::find(out.dbias_outputs.begin(), out.dbias_outputs.end(),
@@ -124,17 +182,31 @@ GpuRankExecutor::GpuRankExecutor(const Layer& layer, const LayerPlan& plan,
     if (!state_view_[i] && is_per_tensor_scale(plan, static_cast<int>(i)))
       arena_.upload(one, 8, offsets[i]);
 
-  std::size_t partial = 0;
+  gathered_inner_ = cpu::gathered_inner_tensors(plan);
+  // Scratch: dbias tile partials (plus room for a dequantize step's debug
+  // amax), dequantized operands of fallback GEMMs.
+  std::size_t partial = 16, operands = 0;
   for (const auto* pass : {&plan.forward, &plan.backward})
-    for (const Step& s : *pass)
-      if (s.kind == StepKind::quantize && s.fused_dbias) {
+    for (const Step& s : *pass) {
+      if ((s.kind == StepKind::quantize || s.kind == StepKind::epilogue) && s.fused_dbias) {
         const Tensor& src = plan.tensor(s.inputs[0]);
-        partial = std::max<std::size_t>(
-            partial, static_cast<std::size_t>(QuantizeLauncher::tiles(
-                         static_cast<int>(src.dims[0].local))) *
-                         src.dims[1].local * 4);
+        const auto rows = static_cast<int>(src.dims[0].local);
+        const int tiles = s.kind == StepKind::quantize ? QuantizeLauncher::tiles(rows)
+                                                       : EpilogueLauncher::dbias_tiles(rows);
+        partial = std::max<std::size_t>(partial, static_cast<std::size_t>(tiles) *
+                                                     src.dims[1].local * 4 + 16);
       }
-  if (partial) scratch_ = DeviceBuffer(partial);
+      if (needs_dequantized_operands(plan, s)) {
+        std::size_t bytes = 0;
+        for (int i : {0, 1}) {
+          const Tensor& t = plan.tensor(s.inputs[i]);
+          bytes += round_up(t.elements() * element_bytes(dequantized_type(t, layer)), 256);
+        }
+        operands = std::max(operands, bytes);
+      }
+    }
+  scratch_ = DeviceBuffer(partial);
+  if (operands) operand_scratch_ = DeviceBuffer(operands);
 }
 
 int GpuRankExecutor::find(std::string_view k) const {
@@ -274,12 +346,129 @@ void GpuRankExecutor::execute(const Step& s, const StepKernels& k) {
     case StepKind::all_reduce:
       collective(s);
       return;
-    case StepKind::dequantize:
     case StepKind::epilogue:
-      break;
+      epilogue(s, k);
+      return;
+    case StepKind::dequantize:
+      dequantize(s, k);
+      return;
   }
-  throw ExecutorError("gpu executor: no kernel for a " + std::string(to_string(s.kind)) +
-                      " step yet");
+  throw std::logic_error("gpu executor: a step kind it does not know");
+}
+
+void GpuRankExecutor::epilogue(const Step& s, const StepKernels& k) {
+  const auto& d = std::get<EpilogueKernel>(k.kernels.at(0).description);
+  const Tensor& in = plan_.tensor(s.inputs[0]);
+  EpilogueArgs a;
+  a.x = at(in.id);
+  a.rows = static_cast<int>(in.dims[0].local);
+  a.cols = static_cast<int>(in.dims[1].local);
+  CUdeviceptr dbias = 0;
+  ElemType dbias_type = ElemType::fp32;
+  if (d.backward) {
+    if (s.fused_dact) a.pre_activation = at(s.inputs[1]);
+  } else {
+    for (std::size_t i = 1; i < s.inputs.size(); ++i) {
+      const int id = s.inputs[i];
+      if (key(id) == "b")
+        a.bias = at(id);
+      else if (is_per_tensor_scale(plan_, id))
+        a.scale = slot(id).scale;
+    }
+  }
+  for (int id : s.outputs) {
+    const std::string kk = key(id);
+    if (kk == "z") {
+      a.pre_activation_out = at(id);
+    } else if (ends_with(kk, ".amax")) {
+      a.amax = at(id);
+      zero(a.amax, 4);
+    } else if (kk == "db") {
+      dbias = at(id);
+      dbias_type = plan_.tensor(id).type;
+      a.dbias_partial = scratch_.get();
+    } else {
+      a.out = at(id);
+    }
+  }
+  r_.kernels.epilogue(d).launch(a, r_.stream);
+  if (dbias)
+    r_.kernels.dbias_reduce(dbias_type)
+        .launch(dbias, scratch_.get(), EpilogueLauncher::dbias_tiles(a.rows), a.cols, r_.stream);
+}
+
+CUdeviceptr GpuRankExecutor::dequantized(int id, CUdeviceptr into) {
+  const Tensor& t = plan_.tensor(id);
+  DequantizeArgs a;
+  a.data = at(id);
+  if (t.scaling == Scaling::per_tensor)
+    a.tensor_scale = slot(t.scale).scale;
+  else
+    a.block_scales = at(t.scale);
+  a.out = into;
+  a.outer = static_cast<int>(t.dims[static_cast<std::size_t>(t.outer_dim())].local);
+  a.inner = static_cast<int>(t.dims[static_cast<std::size_t>(t.inner_dim())].local);
+  a.segments = gathered_inner_[static_cast<std::size_t>(id)] ? r_.comm.size() : 1;
+  a.segmented = t.segmented.has_value();
+  r_.kernels.dequantize(operand_dequantize_kernel(t, layer_)).launch(a, r_.stream);
+  return into;
+}
+
+void GpuRankExecutor::dequantize(const Step& s, const StepKernels& k) {
+  const auto& d = std::get<DequantizeKernel>(k.kernels.at(0).description);
+  const Tensor& t = plan_.tensor(s.inputs[0]);
+  DequantizeArgs a;
+  a.data = at(t.id);
+  if (t.scaling == Scaling::per_tensor)
+    a.tensor_scale = slot(t.scale).scale;
+  else
+    a.block_scales = at(t.scale);
+  a.out = at(s.outputs[0]);
+  a.outer = static_cast<int>(t.dims[static_cast<std::size_t>(t.outer_dim())].local);
+  a.inner = static_cast<int>(t.dims[static_cast<std::size_t>(t.inner_dim())].local);
+  a.segments = gathered_inner_[static_cast<std::size_t>(t.id)] ? r_.comm.size() : 1;
+  a.segmented = t.segmented.has_value();
+  if (d.amax) {
+    a.amax = scratch_.get() + scratch_.bytes() - 4;
+    zero(a.amax, 4);
+  }
+  r_.kernels.dequantize(d).launch(a, r_.stream);
+}
+
+void GpuRankExecutor::dequantized_gemm(const Step& s, GemmArgs g) {
+  const std::string k_name = k_dim_name(s.role);
+  CUdeviceptr next = operand_scratch_.get();
+  const auto hp_operand = [&](int id) {
+    const Tensor& t = plan_.tensor(id);
+    GemmOperand op;
+    op.type = dequantized_type(t, layer_);
+    op.data = dequantized(id, next);
+    next += round_up(t.elements() * element_bytes(op.type), 256);
+    // Dequantized into logical order [dims[0]][dims[1]].
+    if (t.dims[1].name == k_name) {
+      op.rows = static_cast<std::int64_t>(t.dims[0].local);
+      op.k = static_cast<std::int64_t>(t.dims[1].local);
+      op.ld = op.k;
+    } else {
+      op.k_outer = true;
+      op.rows = static_cast<std::int64_t>(t.dims[1].local);
+      op.k = static_cast<std::int64_t>(t.dims[0].local);
+      op.ld = op.rows;
+    }
+    return op;
+  };
+  g.a = hp_operand(s.inputs[0]);
+  g.b = hp_operand(s.inputs[1]);
+  if (g.a.type != g.b.type) {  // one fp32 operand: both fp32 is the only form cuBLASLt takes
+    throw ExecutorError("gpu executor: layer '" + layer_.name +
+                        "': dequantized GEMM operands of different types");
+  }
+  std::string why;
+  if (!r_.gemm.supports(g, &why))
+    throw ExecutorError("gpu executor: layer '" + layer_.name + "': " +
+                        std::string(to_string(s.role)) + " GEMM on dequantized operands is not "
+                        "supported by " + std::string(r_.gemm.name()) + ": " + why);
+  r_.gemm.run(g, r_.stream);
 }
 
 void GpuRankExecutor::amax(const Step& s, const StepKernels& k) {
@@ -477,6 +666,36 @@ void GpuRankExecutor::gemm(const Step& s) {
   if (s.role == GemmRole::fprop) g.activation = s.activation;
   g.accumulate = s.accumulate;
 
+  // relu / silu: the GEMM writes the pre-activation z (bias included), a
+  // kernel makes y (and its FP8 cast and amax) from it.
+  std::optional<EpilogueArgs> after;
+  if (activation_after_gemm(s)) {
+    EpilogueArgs e;
+    e.rows = static_cast<int>(ta.dims[0].local);
+    e.out = g.d;
+    e.scale = g.d_scale;
+    e.amax = g.d_amax;
+    if (!g.aux) throw ExecutorError("gpu executor: an activation GEMM without its z output");
+    e.x = g.aux;
+    e.cols = static_cast<int>(g.ld_aux);
+    g.d = g.aux;
+    g.d_type = g.aux_type;
+    g.ldd = g.ld_aux;
+    g.aux = 0;
+    g.d_scale = 0;
+    g.d_amax = 0;
+    g.activation = Activation::none;
+    after = e;
+  }
+  const auto finish = [&] {
+    if (after) r_.kernels.epilogue(activation_kernel(plan_, s)).launch(*after, r_.stream);
+  };
+  if (needs_dequantized_operands(plan_, s)) {
+    dequantized_gemm(s, g);
+    finish();
+    return;
+  }
+
   // A segmented operand ([ranks][rows][k / ranks], gathered along K) is
   // read one rank segment at a time, accumulating into D.
   const Tensor* seg = ta.segmented ? &ta : tb.segmented ? &tb : nullptr;
@@ -493,6 +712,7 @@ void GpuRankExecutor::gemm(const Step& s) {
                           tb.name + " is not supported by " + std::string(r_.gemm.name()) + ": " +
                           why);
     r_.gemm.run(g, r_.stream);
+    finish();
     return;
   }
   if (seg->scaling != Scaling::per_tensor && seg->scaling != Scaling::none)
@@ -523,6 +743,7 @@ void GpuRankExecutor::gemm(const Step& s) {
                           std::string(r_.gemm.name()) + ": " + why);
     r_.gemm.run(g, r_.stream);
   }
+  finish();
 }
 
 void GpuRankExecutor::download(cpu::TensorStore& host) const {

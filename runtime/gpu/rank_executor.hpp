@@ -38,8 +38,10 @@ struct RankResources {
   CUstream stream = nullptr;
 };
 
-// The kernels every step of `plan` needs, and the dbias output types; throws
-// ExecutorError naming each step fp8c cannot run on a GPU yet.
+// The kernels every step of `plan` needs (with those of the GEMM fallbacks:
+// an activation kernel after a GEMM that cannot apply it, dequantize kernels
+// for operands the GEMM runner cannot read), and the dbias output types;
+// throws ExecutorError naming each step fp8c cannot run on a GPU yet.
 struct LayerKernels {
   std::vector<GeneratedKernel> kernels;
   std::vector<ElemType> dbias_outputs;
@@ -96,6 +98,13 @@ class GpuRankExecutor {
   void permute(const Step& s, const StepKernels& k);
   void collective(const Step& s);
   void scale_update(const Step& s, const StepKernels& k);
+  void epilogue(const Step& s, const StepKernels& k);
+  void dequantize(const Step& s, const StepKernels& k);
+  // A GEMM whose operands the runner cannot take as they are (block and MX
+  // scalings cuBLASLt does not read on this GPU): both dequantized to the
+  // layer dtype into scratch, then a high-precision GEMM.
+  void dequantized_gemm(const Step& s, GemmArgs g);
+  CUdeviceptr dequantized(int id, CUdeviceptr into);
   GemmOperand operand(int id, const std::string& k_name) const;
   Slot slot(int scale_tensor) const;
   CUdeviceptr at(int id) const { return addresses_.at(static_cast<std::size_t>(id)); }
@@ -110,6 +119,8 @@ class GpuRankExecutor {
   std::vector<StepKernels> forward_kernels_, backward_kernels_, update_kernels_;
   DeviceBuffer arena_;
   DeviceBuffer scratch_;  // dbias tile partials
+  DeviceBuffer operand_scratch_;  // dequantized GEMM operands (fallback GEMMs)
+  std::vector<bool> gathered_inner_;
   std::vector<CUdeviceptr> addresses_;
   std::vector<std::size_t> slot_bytes_;  // bytes reserved per tensor in the arena (0: a view)
   std::vector<bool> state_view_;         // the address is in DeviceLayerState

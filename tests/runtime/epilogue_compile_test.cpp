@@ -1,0 +1,171 @@
+// The epilogue and dequantize kernels compile with NVRTC for sm_90a with no
+// register spills and no compiler warning (no GPU needed, so this runs in
+// CI), and plans map their epilogue and dequantize steps to these kernels.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <future>
+#include <set>
+#include <thread>
+
+#include "codegen/kernels/plan_kernels.hpp"
+#include "codegen/planner.hpp"
+#include "epilogue_variants.hpp"
+#include "fp8c/dsl.hpp"
+#include "runtime/nvrtc.hpp"
+
+namespace fp8c::runtime {
+namespace {
+
+// Compiles every source on all cores; a failure or warning names its kernel.
+void expect_clean_compiles(const std::vector<KernelSource>& sources) {
+  std::vector<std::future<NvrtcOutput>> pending;
+  std::vector<NvrtcOutput> done;
+  const std::size_t threads = std::max(1u, std::thread::hardware_concurrency());
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    if (pending.size() == threads) {
+      done.push_back(pending.front().get());
+      pending.erase(pending.begin());
+    }
+    pending.push_back(std::async(std::launch::async, [&, i] {
+      return compile_to_cubin(sources[i].source, sources[i].name + ".cu", "sm_90a",
+                              sources[i].options);
+    }));
+  }
+  for (auto& p : pending) done.push_back(p.get());
+  for (std::size_t i = 0; i < done.size(); ++i) {
+    const NvrtcOutput& c = done[i];
+    const std::string& name = sources[i].name;
+    EXPECT_FALSE(c.cubin.empty()) << name;
+    EXPECT_GT(c.registers, 0) << name;
+    EXPECT_EQ(c.spill_stores, 0) << name;
+    EXPECT_EQ(c.spill_loads, 0) << name;
+    EXPECT_EQ(c.log.find("warning"), std::string::npos) << name << ":\n" << c.log;
+  }
+}
+
+template <typename Kernel>
+void add_sources(const std::vector<Kernel>& kernels, std::vector<KernelSource>& sources,
+                 std::set<std::string>& names) {
+  for (const auto& k : kernels) {
+    sources.push_back(emit_cuda(k));
+    EXPECT_TRUE(names.insert(k.name()).second) << "two variants named " << k.name();
+    EXPECT_EQ(sources.back().source.find("#include"), std::string::npos)
+        << k.name() << " must be self-contained";
+    EXPECT_EQ(sources.back().entry, k.name());
+  }
+}
+
+TEST(EpilogueCompile, EveryEpilogueAndDequantizeVariantCompilesCleanly) {
+  std::vector<KernelSource> sources;
+  std::set<std::string> names;
+  add_sources(testing::epilogue_variants(), sources, names);
+  add_sources(testing::dequantize_variants(), sources, names);
+  expect_clean_compiles(sources);
+}
+
+TEST(EpilogueCompile, BadDescriptionsAreRejected) {
+  EpilogueKernel k;
+  k.input = ElemType::e4m3;
+  EXPECT_THROW(emit_cuda(k), std::invalid_argument);
+  k = {};
+  k.output = ElemType::e8m0;
+  EXPECT_THROW(emit_cuda(k), std::invalid_argument);
+  k = {};
+  k.dbias = true;  // a backward option on the forward form
+  EXPECT_THROW(emit_cuda(k), std::invalid_argument);
+  k = {};
+  k.backward = true;  // neither dact nor dbias
+  EXPECT_THROW(emit_cuda(k), std::invalid_argument);
+  k.dbias = true;
+  k.bias = true;
+  EXPECT_THROW(emit_cuda(k), std::invalid_argument);
+  k.bias = false;
+  k.output = ElemType::fp32;  // v is stored in the input type
+  EXPECT_THROW(emit_cuda(k), std::invalid_argument);
+  EXPECT_THROW(emit_cuda(DequantizeKernel{Fp8Format::e4m3, Scaling::none, ElemType::bf16}),
+               std::invalid_argument);
+  EXPECT_THROW(emit_cuda(DequantizeKernel{Fp8Format::e4m3, Scaling::per_tensor, ElemType::e4m3}),
+               std::invalid_argument);
+}
+
+Spec spec_from(const std::string& text) {
+  auto r = check_source(SourceFile("inline.fp8", text));
+  if (!r.spec) throw std::runtime_error("bad inline spec:\n" + text);
+  return *r.spec;
+}
+
+// Row layers whose epilogue is a step (activation, FP8 output for a delayed
+// consumer) and debug fallbacks that dequantize every kind of operand the
+// planner dequantizes (never a 128x128 weight: a fallback reads the
+// high-precision weight, which each rank has whole).
+const char* kRowChain = R"(
+layout tp = { tensor_parallel = 2  sequence_parallel = true }
+layer a = linear {
+  in = 256  out = 256  bias = true  activation = silu  output = fp8
+  recipe = delayed {}  layout = tp row
+}
+layer b = linear { input = a  out = 256  recipe = delayed {}  layout = tp column }
+)";
+const char* kDebugFallbacks = R"(
+layout tp = { tensor_parallel = 2  sequence_parallel = true }
+layer a = linear {
+  in = 256  out = 512  bias = true  activation = gelu  recipe = blockwise {}
+  layout = tp column  debug = { stats = true  fallback = all }
+}
+layer c = linear {
+  in = 512  out = 256  bias = true  activation = relu  recipe = mxfp8 {}
+  layout = tp row  debug = { fallback = dgrad wgrad }
+}
+layer d = linear {
+  in = 256  out = 256  bias = true  dtype = fp16  recipe = current {}
+  layout = tp row  debug = { fallback = all }
+}
+)";
+
+// Every example's plan and the inline specs at 1, 2, 4 and 8 ranks: every
+// epilogue and dequantize step has a kernel, never "not generated", and the
+// kernels they map to compile.
+TEST(EpilogueCompile, PlansMapEpilogueAndDequantizeStepsToKernels) {
+  std::vector<Spec> specs;
+  for (const auto& entry : std::filesystem::directory_iterator(FP8C_EXAMPLES_DIR))
+    if (entry.path().extension() == ".fp8") specs.push_back(load_spec(entry.path().string()));
+  specs.push_back(spec_from(kRowChain));
+  specs.push_back(spec_from(kDebugFallbacks));
+  std::vector<KernelSource> sources;
+  std::set<std::string> names;
+  for (const Spec& spec : specs) {
+    for (std::uint32_t ranks : {1u, 2u, 4u, 8u}) {
+      Plan plan;
+      try {
+        plan = plan_spec(spec, {ranks, 1000});
+      } catch (const PlanError&) {
+        continue;  // does not split over that many ranks
+      }
+      const PlanKernels kernels = kernels_for(plan, spec);
+      for (const auto& s : kernels.not_generated) {
+        EXPECT_EQ(s.find("(epilogue"), std::string::npos) << s;
+        EXPECT_EQ(s.find("(dequantize"), std::string::npos) << s;
+      }
+      for (const auto& p : kernels.kernels) {
+        const bool ours = std::holds_alternative<EpilogueKernel>(p.kernel.description) ||
+                          std::holds_alternative<DequantizeKernel>(p.kernel.description);
+        if (ours && names.insert(p.kernel.name()).second) sources.push_back(emit_cuda(p.kernel));
+      }
+    }
+  }
+  // The forms the plans need, as the CPU executor runs them.
+  for (const char* name :
+       {"epilogue_bf16_bias_to_bf16", "epilogue_bf16_bias_silu_z_to_e4m3_amax",
+        "epilogue_bf16_bias_relu_z_to_bf16", "epilogue_bwd_fp16_drelu_dbias",
+        "epilogue_bwd_bf16_dgelu_dbias", "epilogue_fp16_bias_to_fp16",
+        "dequantize_e4m3_tensor_to_bf16_t_amax", "dequantize_e4m3_b1x128_to_bf16_t_amax",
+        "dequantize_e4m3_b1x128_to_bf16_amax", "dequantize_e5m2_mx1x32_to_bf16_t",
+        "dequantize_e5m2_mx1x32_to_bf16", "dequantize_e5m2_tensor_to_fp16_t"})
+    EXPECT_TRUE(names.count(name)) << "no plan maps a step to " << name;
+  expect_clean_compiles(sources);
+}
+
+}  // namespace
+}  // namespace fp8c::runtime
