@@ -42,6 +42,16 @@ std::uint16_t id_port(const EnvLookup& lookup, std::uint16_t master_port) {
   return static_cast<std::uint16_t>(master_port + 1);
 }
 
+NcclBootstrap from_env(const collectives::LaunchEnv& env) {
+  NcclBootstrap bootstrap;
+  bootstrap.rank = env.rank;
+  bootstrap.world_size = env.world_size;
+  bootstrap.local_rank = env.local_rank;
+  bootstrap.master_addr = env.master_addr;
+  bootstrap.master_port = env.master_port;
+  return bootstrap;
+}
+
 }  // namespace
 
 NcclBootstrap parse_nccl_bootstrap(const EnvLookup& lookup) {
@@ -57,13 +67,14 @@ NcclBootstrap parse_nccl_bootstrap(const EnvLookup& lookup) {
                          "OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE and "
                          "OMPI_COMM_WORLD_LOCAL_RANK)");
   }
-  NcclBootstrap bootstrap;
-  bootstrap.rank = env.rank;
-  bootstrap.world_size = env.world_size;
-  bootstrap.local_rank = env.local_rank;
-  bootstrap.master_addr = env.master_addr;
-  bootstrap.master_port = env.master_port;
+  NcclBootstrap bootstrap = from_env(env);
   bootstrap.id_port = id_port(lookup, env.master_port);
+  return bootstrap;
+}
+
+NcclBootstrap nccl_bootstrap_from(const collectives::LaunchEnv& env) {
+  NcclBootstrap bootstrap = from_env(env);
+  bootstrap.id_port = id_port([](std::string_view) { return std::nullopt; }, env.master_port);
   return bootstrap;
 }
 

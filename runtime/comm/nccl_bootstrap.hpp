@@ -29,6 +29,10 @@ struct NcclBootstrap {
 // expected (as parse_launch_env does).
 NcclBootstrap parse_nccl_bootstrap(const collectives::EnvLookup& lookup);
 
+// From an already parsed launch environment; id_port = MASTER_PORT + 1
+// (LaunchEnvError when that is past 65535).
+NcclBootstrap nccl_bootstrap_from(const collectives::LaunchEnv& env);
+
 // parse_nccl_bootstrap over this process's environment.
 NcclBootstrap nccl_bootstrap_from_process();
 

@@ -32,6 +32,8 @@ constexpr std::size_t kReplyBytes = 8 + 1 + kUniqueIdBytes;
 enum Status : unsigned char { kOk = 0, kWorldSizeDiffers = 1, kRankOutOfRange = 2 };
 // Between connection attempts while rank 0 is not listening yet.
 constexpr auto kRetryPause = std::chrono::milliseconds(50);
+// How long rank 0 waits for one connected peer to say who it is.
+constexpr auto kClientPatience = std::chrono::seconds(5);
 
 std::string errno_text(int error) {
   return std::strerror(error);
@@ -232,9 +234,11 @@ void UniqueIdServer::serve(const UniqueIdBytes& id, std::chrono::milliseconds ti
     }
     const Fd client(::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (client.get() < 0) continue;  // the peer gave up already, or EAGAIN
+    // A stalled, broken or foreign connection is not fatal (a real rank
+    // retries), and may hold up the others only briefly.
+    const auto client_deadline = std::min(deadline, Clock::now() + kClientPatience);
     char hello[kHelloBytes];
-    // A broken or foreign connection is not fatal: a real rank retries.
-    if (!read_all(client.get(), hello, sizeof hello, deadline)) continue;
+    if (!read_all(client.get(), hello, sizeof hello, client_deadline)) continue;
     if (std::memcmp(hello, kMagic, sizeof kMagic) != 0) continue;
     const std::uint32_t rank = get_u32(hello + 8), world_size = get_u32(hello + 12);
     char reply[kReplyBytes] = {};
@@ -248,7 +252,7 @@ void UniqueIdServer::serve(const UniqueIdBytes& id, std::chrono::milliseconds ti
       std::memcpy(reply + 9, id.data(), id.size());
     }
     reply[8] = static_cast<char>(status);
-    const bool sent = write_all(client.get(), reply, sizeof reply, deadline);
+    const bool sent = write_all(client.get(), reply, sizeof reply, client_deadline);
     if (status == kWorldSizeDiffers) {
       throw fail(FailureKind::kMismatch, "a peer claiming rank " + std::to_string(rank) +
                                              " has WORLD_SIZE=" + std::to_string(world_size) +

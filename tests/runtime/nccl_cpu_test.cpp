@@ -117,6 +117,21 @@ TEST(NcclBootstrapEnv, TorchrunVariablesAndIdPortNextToMasterPort) {
   EXPECT_EQ(b.id_port, 29501);
 }
 
+TEST(NcclBootstrapEnv, FromAParsedLaunchEnvironment) {
+  collectives::LaunchEnv launch;
+  launch.rank = 1;
+  launch.world_size = 2;
+  launch.local_rank = 1;
+  launch.master_addr = "node0";
+  launch.master_port = 6000;
+  const NcclBootstrap b = nccl_bootstrap_from(launch);
+  EXPECT_EQ(b.rank, 1);
+  EXPECT_EQ(b.world_size, 2);
+  EXPECT_EQ(b.id_port, 6001);
+  launch.master_port = 65535;
+  EXPECT_THROW(nccl_bootstrap_from(launch), LaunchEnvError);
+}
+
 TEST(NcclBootstrapEnv, IdPortCanBeSetExplicitly) {
   auto values = torchrun(0, 2);
   values["FP8C_NCCL_ID_PORT"] = "40000";

@@ -79,6 +79,7 @@ TEST(NcclGpu, SingleRankCollectivesMoveTheInputExactly) {
     comm->synchronize(stream.get());
     EXPECT_EQ(download(recv.get(), bytes), in) << "all_gather " << name;
 
+    recv.fill(0xCD, stream.get());
     comm->broadcast(send.get(), recv.get(), c.count, c.dtype, 0, stream.get());
     comm->synchronize(stream.get());
     EXPECT_EQ(download(recv.get(), bytes), in) << "broadcast " << name;
