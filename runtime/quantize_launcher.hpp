@@ -17,7 +17,7 @@ struct QuantizeArgs {
   CUdeviceptr columnwise = 0;
   CUdeviceptr amax_out = 0;       // float bits, atomically maxed: zero it first
   CUdeviceptr dbias_partial = 0;  // [tiles(rows)][cols] floats
-  CUdeviceptr scale_out = 0;      // current (optional): 2 floats, the scale used and its inverse
+  CUdeviceptr scale_out = 0;      // current (optional): [0] the scale used, [4] its inverse
   int rows = 0;
   int cols = 0;
 };

@@ -39,7 +39,10 @@ void validate(const EpilogueKernel& k) {
   if (!is_high_precision(k.input)) fail("input must be bf16, fp16 or fp32");
   if (k.backward) {
     if (k.bias || k.store_pre || k.amax) fail("bias, store_pre and amax are forward options");
-    if (k.output != k.input) fail("backward stores v in the input type");
+    // fp32: dz staged for a block quantize that fuses no dact, kept unrounded
+    // so its FP8 codes are those of the fused CPU reference.
+    if (k.output != k.input && k.output != ElemType::fp32)
+      fail("backward stores v in the input type or fp32");
     if (k.activation == Activation::none && !k.dbias) fail("backward without dact or dbias");
   } else {
     if (k.dbias) fail("dbias is a backward option");
@@ -58,6 +61,7 @@ std::string EpilogueKernel::name() const {
   if (backward) {
     if (activation != Activation::none) (n += "_d") += to_string(activation);
     if (dbias) n += "_dbias";
+    if (output != input) (n += "_to_") += to_string(output);
     return n;
   }
   if (bias) n += "_bias";

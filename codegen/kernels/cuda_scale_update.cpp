@@ -38,6 +38,7 @@ std::string ScaleUpdateKernel::name() const {
                   (margin < 0 ? "n" + std::to_string(-margin) : std::to_string(margin)) +
                   (rule == AmaxAlgo::max ? "_max_" : "_recent_");
   for (Fp8Format f : formats) n += f == Fp8Format::e4m3 ? '4' : '5';
+  if (scale_stride != 1) n += "_s" + std::to_string(scale_stride);
   return n;
 }
 
@@ -46,8 +47,10 @@ KernelSource emit_cuda(const ScaleUpdateKernel& k) {
   if (k.history_length == 0) throw std::invalid_argument("scale update: empty history");
   if (k.margin < -100 || k.margin > 100)
     throw std::invalid_argument("scale update: |margin| must be at most 100");
+  if (k.scale_stride < 1) throw std::invalid_argument("scale update: scale_stride below 1");
   std::string s = cuda_prelude();
   s += "#define HISTORY " + std::to_string(k.history_length) + "\n";
+  s += "#define SCALE_STRIDE " + std::to_string(k.scale_stride) + "\n";
   s += "#define RULE_MAX " + std::string(k.rule == AmaxAlgo::max ? "true" : "false") + "\n";
   s += "// fp8_max * 2^-margin per tensor, as float bits\n";
   s += "__device__ const u32 kScaledMaxBits[" + std::to_string(k.formats.size()) + "] = {";
@@ -94,7 +97,7 @@ extern "C" __global__ void __launch_bounds__(256)
   const float amax = newest;  // as is: a negative one keeps the previous scale
 #endif
   if (t != 0) return;
-  const float previous = previous_scale[tensor];
+  const float previous = previous_scale[tensor * SCALE_STRIDE];
   float scale = previous;
   // Positive, finite and nonzero, tested on the bits so that a subnormal amax
   // counts even under -ftz (it gives a huge scale, as on the CPU).
@@ -103,8 +106,8 @@ extern "C" __global__ void __launch_bounds__(256)
     scale = div_rn(__uint_as_float(kScaledMaxBits[tensor]), amax);
     if (scale == __int_as_float(0x7F800000)) scale = __int_as_float(0x7F7FFFFF);
   }
-  scale_out[tensor] = scale;
-  scale_inv_out[tensor] = div_rn(1.0f, scale);
+  scale_out[tensor * SCALE_STRIDE] = scale;
+  scale_inv_out[tensor * SCALE_STRIDE] = div_rn(1.0f, scale);
 }
 )";
   return {k.name(), k.name(), std::move(s), {}};

@@ -39,7 +39,7 @@ struct EpilogueKernel {
   // forward
   bool bias = false;
   bool store_pre = false;            // store z, the pre-activation backward's dact reads
-  ElemType output = ElemType::bf16;  // y; backward: v's type, which must equal `input`
+  ElemType output = ElemType::bf16;  // y; backward: v's type, `input` or fp32
   bool amax = false;                 // max |y|, before the FP8 scaling
   // backward
   bool dbias = false;

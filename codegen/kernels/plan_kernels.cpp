@@ -38,6 +38,7 @@ ScaleUpdateKernel scale_update_kernel(const LayerPlan& plan, const Step& s, cons
   k.history_length = layer.recipe.history;
   k.margin = static_cast<int>(layer.recipe.margin);
   k.rule = layer.recipe.amax;
+  k.scale_stride = 4;  // the GPU executor's state layout (runtime/gpu/layer_state.hpp)
   return k;
 }
 
@@ -144,14 +145,20 @@ StepKernels kernels_for_step(const LayerPlan& plan, const Step& s, const Layer& 
   if (!fp8) return out;
   if (fp8->scaling != Scaling::per_tensor) {
     // Block and MX formats: each usage from high precision with its own
-    // scales. The block kernels have no fused dact or dbias yet.
+    // scales. The block kernels fuse no dact or dbias yet: an epilogue
+    // kernel makes dz = dy * act'(z) (and dbias) first, in fp32, and the
+    // block kernel quantizes that (one more write and read of dz).
     if (s.fused_dact || s.fused_dbias) {
-      out.not_generated = true;
-      out.why = std::string(to_string(fp8->scaling)) + " with fused dact/dbias";
-      return out;
+      EpilogueKernel e;
+      e.input = src.type;
+      e.output = ElemType::fp32;  // dz unrounded, as the fused CPU reference quantizes it
+      e.backward = true;
+      e.activation = s.fused_dact ? layer.activation : Activation::none;
+      e.dbias = s.fused_dbias;
+      out.kernels.push_back({e});
     }
     BlockQuantizeKernel b;
-    b.input = src.type;
+    b.input = s.fused_dact || s.fused_dbias ? ElemType::fp32 : src.type;
     b.format = fp8->type == ElemType::e4m3 ? Fp8Format::e4m3 : Fp8Format::e5m2;
     b.scaling = fp8->scaling;
     b.rowwise = s.rowwise;

@@ -59,7 +59,7 @@ inline constexpr int kQuantizeThreads = 256;
 //   const IN* x, const IN* pre_activation, const float* scale, const unsigned* amax_in,
 //   uint8* rowwise, uint8* columnwise, unsigned* amax_out (float bits, atomic max),
 //   float* dbias_partial ([ceil(rows / 128)][cols]), float* scale_out (current scaling:
-//   [0] = the scale applied, [1] = its inverse), int rows, int cols
+//   [0] = the scale applied, [4] = its inverse, 16 bytes on), int rows, int cols
 KernelSource emit_cuda(const QuantizeKernel& kernel);
 
 // Adds the dbias tile partials in tile order and stores the sum in `output`

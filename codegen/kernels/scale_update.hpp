@@ -25,6 +25,10 @@ struct ScaleUpdateKernel {
   std::uint32_t history_length = 1;
   int margin = 0;  // |margin| <= 100, where fp8_max * 2^-margin is exact
   AmaxAlgo rule = AmaxAlgo::max;
+  // Floats from one tensor's previous_scale, scale and scale_inv to the
+  // next. The GPU executor uses 4, so that each scale_inv is 16-byte
+  // aligned, as cuBLASLt wants its A/B scale pointers.
+  int scale_stride = 1;
 
   int tensors() const { return static_cast<int>(formats.size()); }
   std::string name() const;
@@ -35,8 +39,9 @@ inline constexpr int kScaleUpdateThreads = 256;
 
 // Kernel arguments, in order (tensor k's slice of each):
 //   float* history ([tensors][history_length], updated in place),
-//   const float* amax ([tensors]), const float* previous_scale ([tensors]),
-//   float* scale ([tensors]), float* scale_inv ([tensors]).
+//   const float* amax ([tensors]), const float* previous_scale ([tensors] at
+//   scale_stride), float* scale ([tensors] at scale_stride), float* scale_inv
+//   ([tensors] at scale_stride).
 // scale may be previous_scale (updated in place). Grid: one block of
 // kScaleUpdateThreads per tensor.
 KernelSource emit_cuda(const ScaleUpdateKernel& kernel);

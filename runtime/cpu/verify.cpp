@@ -12,11 +12,7 @@
 namespace fp8c::cpu {
 namespace {
 
-// A global tensor assembled from rank shards; replicas must agree bitwise.
-struct Assembled {
-  std::vector<float> values;
-  bool replicas_agree = true;
-};
+}  // namespace
 
 Assembled assemble(const std::vector<const RankStepResult*>& ranks,
                    std::vector<float> RankStepResult::*field,
@@ -42,6 +38,8 @@ Assembled assemble(const std::vector<const RankStepResult*>& ranks,
   }
   return a;
 }
+
+namespace {
 
 struct Diff {
   double max_abs = 0.0, rel = 0.0;
@@ -87,7 +85,9 @@ bool blocks_aligned(const LayerPlan& plan) {
   return true;
 }
 
-double f64_bound(const Layer& layer, const std::string& tensor) {
+}  // namespace
+
+double float64_bound(const Layer& layer, const std::string& tensor) {
   const auto& tol = tolerances();
   const Recipe& r = layer.recipe;
   if (!r.is_fp8()) return tol.high_precision;
@@ -103,6 +103,12 @@ double f64_bound(const Layer& layer, const std::string& tensor) {
   // an activation's derivative amplifies the forward error (see db).
   const double act = layer.activation == Activation::none ? 0.0 : 3 * fmt_bound(r.forward);
   return std::max(fmt_bound(r.forward), fmt_bound(r.backward)) + act;
+}
+
+namespace {
+
+double f64_bound(const Layer& layer, const std::string& tensor) {
+  return float64_bound(layer, tensor);
 }
 
 struct Expectation {

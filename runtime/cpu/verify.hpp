@@ -66,6 +66,20 @@ class VerifyError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The relative error a layer's y, dx, dw or db may have against the float64
+// reference of the unquantized math (docs/verify.md explains each bound).
+double float64_bound(const Layer& layer, const std::string& tensor);
+
+// A global tensor assembled from rank shards (`field` of each rank's result,
+// shaped by `dims_field`); replicas (unsharded dims) must agree bitwise.
+struct Assembled {
+  std::vector<float> values;
+  bool replicas_agree = true;
+};
+Assembled assemble(const std::vector<const RankStepResult*>& ranks,
+                   std::vector<float> RankStepResult::*field,
+                   std::array<Dim, 2> RankStepResult::*dims_field);
+
 // GEMM FLOPs of one training step of a layer (fprop, dgrad, wgrad).
 double layer_step_flops(const Layer& layer, std::uint64_t tokens);
 

@@ -247,11 +247,16 @@ Problem alignment_problem(const GemmArgs& g) {
     const char* which = op == &g.a ? "A" : "B";
     const std::int64_t bytes = static_cast<std::int64_t>(element_bytes(op->type));
     if (!aligned(op->data, bytes)) return std::string(which) + "'s pointer is not element-aligned";
+    // Measured on an H200 (cuBLASLt 13.1): per-tensor scale pointers 4 bytes
+    // past a 16-byte boundary make cublasLtMatmul return NOT_SUPPORTED for
+    // every FP8 form, although the heuristic offers an algorithm.
+    if (op->scale_inv && op->scaling == Scaling::per_tensor && !aligned(op->scale_inv, 16))
+      return std::string(which) + "'s scale_inv must be 16-byte aligned";
     if (op->scale_inv && !aligned(op->scale_inv, 4))
       return std::string(which) + "'s scale_inv is not 4-byte aligned";
   }
   for (CUdeviceptr p : {g.d_scale, g.d_amax})
-    if (p && !aligned(p, 4)) return std::string("d_scale and d_amax must be 4-byte aligned");
+    if (p && !aligned(p, 16)) return std::string("d_scale and d_amax must be 16-byte aligned");
   if (!aligned(g.d, d_bytes)) return std::string("D's pointer is not element-aligned");
   if (!is_fp8(g.a.type)) return std::nullopt;
   // cuBLASLt's FP8 kernels: every matrix 16-byte aligned, every ld a multiple

@@ -17,14 +17,20 @@ DeviceLayerState::DeviceLayerState(const Layer& layer, const LayerPlan& plan)
   if (layer.recipe.kind == RecipeKind::delayed) {
     for (const auto& s : plan.update)
       if (s.kind == StepKind::scale_update)
-        for (int id : s.inputs) keys_.push_back(state_key(plan, id, ".amax.reduced"));
+        for (int id : s.inputs) {
+          // "x.amax.reduced" over several ranks, "x.amax" on one.
+          std::string k = state_key(plan, id, ".amax.reduced");
+          if (k.size() > 5 && k.compare(k.size() - 5, 5, ".amax") == 0) k.resize(k.size() - 5);
+          keys_.push_back(k);
+        }
     history_length_ = std::max<std::uint32_t>(1, layer.recipe.history);
   }
   const std::size_t n = keys_.size();
+  const auto align16 = [](std::size_t v) { return (v + 15) / 16 * 16; };
   amax_offset_ = n * history_length_ * 4;
-  scale_offset_ = amax_offset_ + n * 4;
-  scale_inv_offset_ = scale_offset_ + n * 4;
-  buffer_ = DeviceBuffer(std::max<std::size_t>(16, scale_inv_offset_ + n * 4));
+  scale_offset_ = align16(amax_offset_ + n * 4);
+  scale_inv_offset_ = scale_offset_ + n * 16;
+  buffer_ = DeviceBuffer(std::max<std::size_t>(16, scale_inv_offset_ + n * 16));
   upload({});
 }
 
@@ -45,7 +51,7 @@ void DeviceLayerState::upload(const cpu::LayerState& state) {
                                   std::to_string(history_length_));
   }
   const std::size_t n = keys_.size();
-  std::vector<float> host(scale_inv_offset_ / 4 + n, 0.0f);
+  std::vector<float> host(scale_inv_offset_ / 4 + n * kScaleStride, 0.0f);
   for (std::size_t i = 0; i < n; ++i) {
     float scale = 1.0f;
     if (auto it = state.delayed.find(keys_[i]); it != state.delayed.end()) {
@@ -53,8 +59,8 @@ void DeviceLayerState::upload(const cpu::LayerState& state) {
       std::copy(it->second.history.begin(), it->second.history.end(),
                 host.begin() + static_cast<std::ptrdiff_t>(i * history_length_));
     }
-    host[scale_offset_ / 4 + i] = scale;
-    host[scale_inv_offset_ / 4 + i] = 1.0f / scale;
+    host[scale_offset_ / 4 + i * kScaleStride] = scale;
+    host[scale_inv_offset_ / 4 + i * kScaleStride] = 1.0f / scale;
   }
   if (!host.empty()) buffer_.upload(host.data(), host.size() * 4);
 }
@@ -63,11 +69,11 @@ cpu::LayerState DeviceLayerState::download() const {
   cpu::LayerState state;
   const std::size_t n = keys_.size();
   if (n == 0) return state;
-  std::vector<float> host(scale_inv_offset_ / 4 + n);
+  std::vector<float> host(scale_inv_offset_ / 4 + n * kScaleStride);
   buffer_.download(host.data(), host.size() * 4);
   for (std::size_t i = 0; i < n; ++i) {
     cpu::DelayedScale d;
-    d.scale = host[scale_offset_ / 4 + i];
+    d.scale = host[scale_offset_ / 4 + i * kScaleStride];
     const auto first = host.begin() + static_cast<std::ptrdiff_t>(i * history_length_);
     d.history.assign(first, first + history_length_);
     state.delayed[keys_[i]] = std::move(d);

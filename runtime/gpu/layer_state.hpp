@@ -1,7 +1,7 @@
 // A layer's FP8 state on the device: for each delayed-scaling tensor (x, w,
 // dz, ...) its amax history, the amax this step reduced, its scale and the
 // scale's inverse, as the arrays the generated scale-update kernel works on
-// ([tensors][history], [tensors], ...). The order of tensors is that of the
+// ([tensors][history], [tensors], and scales at a stride of 4 floats). The order of tensors is that of the
 // plan's scale_update step, so the kernel updates them all in one launch.
 // Host copies are cpu::LayerState, the CPU executor's own type, so GPU and
 // CPU states compare directly and one file format serves both.
@@ -28,8 +28,11 @@ class DeviceLayerState {
 
   CUdeviceptr history() const { return buffer_.get(); }
   CUdeviceptr amax(int i = 0) const { return at(amax_offset_, i); }
-  CUdeviceptr scale(int i = 0) const { return at(scale_offset_, i); }
-  CUdeviceptr scale_inv(int i = 0) const { return at(scale_inv_offset_, i); }
+  // Scales and their inverses are 16 bytes apart (kScaleStride floats):
+  // cuBLASLt reads a scale only from a 16-byte aligned address.
+  static constexpr int kScaleStride = 4;
+  CUdeviceptr scale(int i = 0) const { return at(scale_offset_, i * kScaleStride); }
+  CUdeviceptr scale_inv(int i = 0) const { return at(scale_inv_offset_, i * kScaleStride); }
 
   // Synchronous copies (the caller makes sure no step is in flight).
   // upload: keys missing from `state` get the initial state; keys in `state`

@@ -51,11 +51,14 @@ bool needs_dequantized_operands(const LayerPlan& plan, const Step& s) {
          (block_scaled(plan.tensor(s.inputs[0])) || block_scaled(plan.tensor(s.inputs[1])));
 }
 
-// Exact in bf16: E4M3/E5M2 values times a power of two (MX, pow2 scales);
-// anything else is dequantized to fp32 so the GEMM sees the CPU's values.
-ElemType dequantized_type(const Tensor& t, const Layer& layer) {
-  if (t.scaling == Scaling::mx_1x32 || layer.recipe.scale == ScaleForm::pow2) return ElemType::bf16;
-  return ElemType::fp32;
+// The layer dtype, so the GEMM writes its usual outputs: exact for MX and
+// power-of-two block scales (an FP8 value times 2^k fits bf16 and fp16),
+// otherwise one rounding of each operand (2^-9 relative in bf16), which the
+// GPU-vs-CPU tolerance covers.
+ElemType dequantized_type(const Tensor&, const Layer& layer) {
+  return layer.dtype == fp8c::DType::bf16 ? ElemType::bf16
+         : layer.dtype == fp8c::DType::fp16 ? ElemType::fp16
+                                      : ElemType::fp32;
 }
 
 DequantizeKernel operand_dequantize_kernel(const Tensor& t, const Layer& layer) {
@@ -153,22 +156,30 @@ GpuRankExecutor::GpuRankExecutor(const Layer& layer, const LayerPlan& plan,
   written_.assign(n, false);
   std::vector<std::size_t> offsets(n, 0);
   std::size_t total = 0;
+  // The scale update's amax inputs ("x.amax.reduced", or "x.amax" on one
+  // rank) are the state's amax array, in the state's order.
+  for (const Step& s : plan.update)
+    if (s.kind == StepKind::scale_update)
+      for (std::size_t j = 0; j < s.inputs.size(); ++j) {
+        const auto i = static_cast<std::size_t>(s.inputs[j]);
+        addresses_[i] = state.amax(static_cast<int>(j));
+        state_view_[i] = true;
+      }
   for (const Tensor& t : plan.tensors) {
     const std::size_t i = static_cast<std::size_t>(t.id);
+    if (state_view_[i]) continue;
     const std::string k = key(t.id);
-    if (ends_with(k, ".amax.reduced") || (is_per_tensor_scale(plan, t.id) && t.external) ||
-        ends_with(k, ".scale_inv.next")) {
-      std::string base = k.substr(0, k.rfind(ends_with(k, ".amax.reduced") ? ".amax.reduced"
-                                                 : ends_with(k, ".next")   ? ".scale_inv.next"
-                                                                           : ".scale_inv"));
+    if ((is_per_tensor_scale(plan, t.id) && t.external) || ends_with(k, ".scale_inv.next")) {
+      const std::string base =
+          k.substr(0, k.rfind(ends_with(k, ".next") ? ".scale_inv.next" : ".scale_inv"));
       if (const int si = state.index(base); si >= 0) {
-        addresses_[i] = ends_with(k, ".amax.reduced") ? state.amax(si) : state.scale(si);
+        addresses_[i] = state.scale(si);
         state_view_[i] = true;
         continue;
       }
     }
     std::size_t bytes = std::max<std::size_t>(t.bytes(), 4);
-    if (is_per_tensor_scale(plan, t.id)) bytes = 8;
+    if (is_per_tensor_scale(plan, t.id)) bytes = 32;  // scale at +0, inverse at +16
     offsets[i] = total;
     slot_bytes_[i] = bytes;
     total += round_up(bytes, 256);
@@ -177,15 +188,15 @@ GpuRankExecutor::GpuRankExecutor(const Layer& layer, const LayerPlan& plan,
   for (std::size_t i = 0; i < n; ++i)
     if (!state_view_[i]) addresses_[i] = arena_.get() + offsets[i];
   // Scale pairs not bound to state start as (1, 1), as the CPU executor's.
-  const float one[2] = {1.0f, 1.0f};
+  const float one[5] = {1.0f, 0.0f, 0.0f, 0.0f, 1.0f};
   for (std::size_t i = 0; i < n; ++i)
     if (!state_view_[i] && is_per_tensor_scale(plan, static_cast<int>(i)))
-      arena_.upload(one, 8, offsets[i]);
+      arena_.upload(one, sizeof one, offsets[i]);
 
   gathered_inner_ = cpu::gathered_inner_tensors(plan);
   // Scratch: dbias tile partials (plus room for a dequantize step's debug
   // amax), dequantized operands of fallback GEMMs.
-  std::size_t partial = 16, operands = 0;
+  std::size_t partial = 16, operands = 0, staging = 0;
   for (const auto* pass : {&plan.forward, &plan.backward})
     for (const Step& s : *pass) {
       if ((s.kind == StepKind::quantize || s.kind == StepKind::epilogue) && s.fused_dbias) {
@@ -195,6 +206,18 @@ GpuRankExecutor::GpuRankExecutor(const Layer& layer, const LayerPlan& plan,
                                                        : EpilogueLauncher::dbias_tiles(rows);
         partial = std::max<std::size_t>(partial, static_cast<std::size_t>(tiles) *
                                                      src.dims[1].local * 4 + 16);
+      }
+      if (s.kind == StepKind::quantize && (s.fused_dact || s.fused_dbias)) {
+        const Tensor& src = plan.tensor(s.inputs[0]);
+        for (int id : s.outputs)
+          if (block_scaled(plan.tensor(id))) {
+            staging = std::max(staging, src.elements() * 4);  // dz in fp32
+            // dbias partials of the epilogue kernel's tiles
+            partial = std::max<std::size_t>(
+                partial, static_cast<std::size_t>(EpilogueLauncher::dbias_tiles(
+                             static_cast<int>(src.dims[0].local))) *
+                                 src.dims[1].local * 4 + 16);
+          }
       }
       if (needs_dequantized_operands(plan, s)) {
         std::size_t bytes = 0;
@@ -207,6 +230,7 @@ GpuRankExecutor::GpuRankExecutor(const Layer& layer, const LayerPlan& plan,
     }
   scratch_ = DeviceBuffer(partial);
   if (operands) operand_scratch_ = DeviceBuffer(operands);
+  if (staging) staging_ = DeviceBuffer(staging);
 }
 
 int GpuRankExecutor::find(std::string_view k) const {
@@ -239,10 +263,10 @@ void GpuRankExecutor::upload_externals(const cpu::TensorStore& host) {
     const auto bytes = host.bytes(t.id);
     if (is_per_tensor_scale(plan_, t.id)) {
       // The store holds the scale; the pair needs its inverse beside it.
-      float pair[2];
+      float pair[5] = {0, 0, 0, 0, 0};
       std::memcpy(&pair[0], bytes.data(), 4);
-      pair[1] = 1.0f / pair[0];
-      FP8C_CU(driver().cuMemcpyHtoD(at(t.id), pair, 8));
+      pair[4] = 1.0f / pair[0];
+      FP8C_CU(driver().cuMemcpyHtoD(at(t.id), pair, sizeof pair));
     } else {
       FP8C_CU(driver().cuMemcpyHtoD(at(t.id), bytes.data(), bytes.size()));
     }
@@ -256,7 +280,7 @@ GpuRankExecutor::Slot GpuRankExecutor::slot(int scale_tensor) const {
     const int si = state_.index(base);
     return {state_.scale(si), state_.scale_inv(si)};
   }
-  return {at(scale_tensor), at(scale_tensor) + 4};
+  return {at(scale_tensor), at(scale_tensor) + 16};
 }
 
 void GpuRankExecutor::zero(CUdeviceptr p, std::size_t bytes) {
@@ -468,7 +492,7 @@ void GpuRankExecutor::dequantized_gemm(const Step& s, GemmArgs g) {
     throw ExecutorError("gpu executor: layer '" + layer_.name + "': " +
                         std::string(to_string(s.role)) + " GEMM on dequantized operands is not "
                         "supported by " + std::string(r_.gemm.name()) + ": " + why);
-  r_.gemm.run(g, r_.stream);
+  run_gemm(s, g);
 }
 
 void GpuRankExecutor::amax(const Step& s, const StepKernels& k) {
@@ -490,10 +514,32 @@ void GpuRankExecutor::quantize(const Step& s, const StepKernels& k) {
   const Tensor& src = plan_.tensor(s.inputs[0]);
   const int rows = static_cast<int>(src.dims[0].local);
   const int cols = static_cast<int>(src.dims[1].local);
-  const auto& description = k.kernels.at(0).description;
+  const auto& description = k.kernels.back().description;
   if (const auto* b = std::get_if<BlockQuantizeKernel>(&description)) {
     BlockQuantizeArgs a;
     a.x = at(src.id);
+    if (k.kernels.size() == 2) {
+      // Unfused dact / dbias: dz into staging first, then quantize that.
+      EpilogueArgs e;
+      e.x = at(src.id);
+      e.rows = rows;
+      e.cols = cols;
+      if (s.fused_dact) e.pre_activation = at(s.inputs[1]);
+      e.out = staging_.get();
+      CUdeviceptr dbias = 0;
+      ElemType dbias_type = ElemType::fp32;
+      for (int id : s.outputs)
+        if (key(id) == "db") {
+          dbias = at(id);
+          dbias_type = plan_.tensor(id).type;
+        }
+      if (dbias) e.dbias_partial = scratch_.get();
+      r_.kernels.epilogue(std::get<EpilogueKernel>(k.kernels[0].description)).launch(e, r_.stream);
+      if (dbias)
+        r_.kernels.dbias_reduce(dbias_type)
+            .launch(dbias, scratch_.get(), EpilogueLauncher::dbias_tiles(rows), cols, r_.stream);
+      a.x = staging_.get();
+    }
     a.rows = rows;
     a.cols = cols;
     for (int id : s.outputs) {
@@ -628,6 +674,32 @@ GemmOperand GpuRankExecutor::operand(int id, const std::string& k_name) const {
   return op;
 }
 
+namespace {
+
+std::string describe(const GemmArgs& g) {
+  const auto op = [](const GemmOperand& o) {
+    return std::string(to_string(o.type)) + " [" + std::to_string(o.rows) + " x " +
+           std::to_string(o.k) + (o.k_outer ? ", K outer" : "") + ", ld " + std::to_string(o.ld) +
+           ", " + std::string(to_string(o.scaling)) + "]";
+  };
+  return "A " + op(g.a) + ", B " + op(g.b) + ", D " + std::string(to_string(g.d_type)) +
+         " ld " + std::to_string(g.ldd) + (g.bias ? ", bias" : "") +
+         (g.activation != Activation::none ? ", activation" : "") + (g.aux ? ", aux" : "") +
+         (g.accumulate ? ", accumulate" : "") + (g.d_amax ? ", amax" : "");
+}
+
+}  // namespace
+
+void GpuRankExecutor::run_gemm(const Step& s, const GemmArgs& g) {
+  try {
+    r_.gemm.run(g, r_.stream);
+  } catch (const std::exception& e) {
+    throw ExecutorError("gpu executor: layer '" + layer_.name + "': " +
+                        std::string(to_string(s.role)) + " GEMM (" + describe(g) + "): " +
+                        e.what());
+  }
+}
+
 void GpuRankExecutor::gemm(const Step& s) {
   const std::string k_name = k_dim_name(s.role);
   GemmOperand a = operand(s.inputs[0], k_name);
@@ -711,7 +783,7 @@ void GpuRankExecutor::gemm(const Step& s) {
                           std::string(to_string(s.role)) + " GEMM of " + ta.name + " and " +
                           tb.name + " is not supported by " + std::string(r_.gemm.name()) + ": " +
                           why);
-    r_.gemm.run(g, r_.stream);
+    run_gemm(s, g);
     finish();
     return;
   }
@@ -741,7 +813,7 @@ void GpuRankExecutor::gemm(const Step& s) {
       throw ExecutorError("gpu executor: layer '" + layer_.name + "': segmented-K " +
                           std::string(to_string(s.role)) + " GEMM is not supported by " +
                           std::string(r_.gemm.name()) + ": " + why);
-    r_.gemm.run(g, r_.stream);
+    run_gemm(s, g);
   }
   finish();
 }

@@ -6,8 +6,9 @@
 //
 // Buffers: one device arena holds every tensor of the plan; externals (x, w,
 // b, dy) either live there (upload) or are bound to the caller's device
-// memory (bind). Per-tensor scale tensors are two floats, the scale and its
-// inverse: quantize kernels read the first, GEMMs the second. Delayed-scaling
+// memory (bind). Per-tensor scale tensors are a pair, the scale and, 16 bytes
+// on, its inverse: quantize kernels read the first, GEMMs the second
+// (cuBLASLt reads scales only from 16-byte aligned addresses). Delayed-scaling
 // scales, amaxes and histories are views into DeviceLayerState, so the
 // update pass changes the state in place and nothing else does.
 #pragma once
@@ -95,6 +96,7 @@ class GpuRankExecutor {
   void quantize(const Step& s, const StepKernels& k);
   void amax(const Step& s, const StepKernels& k);
   void gemm(const Step& s);
+  void run_gemm(const Step& s, const GemmArgs& g);
   void permute(const Step& s, const StepKernels& k);
   void collective(const Step& s);
   void scale_update(const Step& s, const StepKernels& k);
@@ -120,6 +122,7 @@ class GpuRankExecutor {
   DeviceBuffer arena_;
   DeviceBuffer scratch_;  // dbias tile partials
   DeviceBuffer operand_scratch_;  // dequantized GEMM operands (fallback GEMMs)
+  DeviceBuffer staging_;          // dz before a block quantize that fuses no dact
   std::vector<bool> gathered_inner_;
   std::vector<CUdeviceptr> addresses_;
   std::vector<std::size_t> slot_bytes_;  // bytes reserved per tensor in the arena (0: a view)

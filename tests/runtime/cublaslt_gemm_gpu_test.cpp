@@ -284,6 +284,30 @@ TEST(CublasLtGemmGpu, PerTensorFp8Forms) {
     }
 }
 
+// The forms the executor asks for. Scale pointers 4 bytes past a 16-byte
+// boundary make cublasLtMatmul fail on the H200 (NOT_SUPPORTED, for every
+// FP8 form), so the runner refuses them up front, naming the rule.
+TEST(CublasLtGemmGpu, ExecutorFormsAndScaleAlignment) {
+  REQUIRE_GPU();
+  const ElemType e4 = ElemType::e4m3, e5 = ElemType::e5m2, bf = ElemType::bf16;
+  const std::vector<Form> forms = {
+      {"e4m3 x e4m3 -> bf16, gelu aux + bias", e4, e4, bf, true, bf, true, true},
+      {"e4m3 x e4m3 -> bf16 + bias", e4, e4, bf, true},
+      {"e5m2 x e4m3 -> bf16", e5, e4, bf},
+      {"e5m2 x e4m3 -> fp32", e5, e4, ElemType::fp32},
+  };
+  std::uint32_t seed = 500;
+  for (const Form& f : forms) {
+    Problem p = make_problem(f, kSmall, seed++);
+    run_and_check(p);
+    DeviceBuffer moved(64);
+    p.args.a.scale_inv = moved.get() + 4;
+    std::string why;
+    EXPECT_FALSE(runner().supports(p.args, &why)) << f.name;
+    EXPECT_NE(why.find("scale_inv must be 16-byte aligned"), std::string::npos) << why;
+  }
+}
+
 TEST(CublasLtGemmGpu, PerTensorFp8LargeShape) {
   REQUIRE_GPU();
   const ElemType e4 = ElemType::e4m3;

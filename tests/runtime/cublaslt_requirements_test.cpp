@@ -154,7 +154,14 @@ TEST(CublasLtRequirements, Fp8AlignmentRulesNameTheRule) {
   EXPECT_TRUE(refused(g, "bias must be 16-byte aligned"));
   g = fp8_gemm();
   g.a.scale_inv += 2;
-  EXPECT_TRUE(refused(g, "scale_inv is not 4-byte aligned"));
+  EXPECT_TRUE(refused(g, "scale_inv must be 16-byte aligned"));
+  g = fp8_gemm();
+  g.b.scale_inv += 4;  // what cublasLtMatmul refused on the H200
+  EXPECT_TRUE(refused(g, "B's scale_inv must be 16-byte aligned"));
+  g = fp8_gemm();
+  g.d_type = ElemType::e4m3;
+  g.d_scale = kDScale + 4;
+  EXPECT_TRUE(refused(g, "d_scale and d_amax must be 16-byte aligned"));
   // Segmented K: a sub-pointer 16 elements along K is still 16-byte aligned.
   g = fp8_gemm();
   g.a.data += 16;

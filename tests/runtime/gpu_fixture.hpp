@@ -35,8 +35,11 @@ inline Gpu& gpu() {
 
 }  // namespace fp8c::testing
 
+// Also makes the shared device's context current on the test's thread, so a
+// test may allocate before it first asks for gpu().
 #define REQUIRE_GPU()                                                                      \
   do {                                                                                     \
     std::string reason;                                                                    \
     if (!::fp8c::runtime::driver_available(&reason)) GTEST_SKIP() << "no GPU: " << reason; \
+    ::fp8c::testing::gpu().device->make_current();                                         \
   } while (0)
