@@ -18,10 +18,12 @@
 //   order, so the result does not depend on scheduling.
 // Every store rounds to nearest even; FP8 saturates to the largest finite
 // value (cvt.rn.satfinite); every NaN stored to fp32 (and amax) is the
-// canonical 0x7FFFFFFF, to bf16 / fp16 0x7FFF.
+// canonical 0x7FFFFFFF, to bf16 / fp16 0x7FFF (dbias sums are not
+// canonicalised: a NaN partial keeps whatever NaN the additions made).
 // Summation order of one tile's column (the CPU reference repeats it): four
 // quarters of 32 rows, each summed from its first row to its last starting
-// from +0, then quarter0 + quarter1 + quarter2 + quarter3.
+// from +0, then quarter0 + quarter1 + quarter2 + quarter3. v is rounded to
+// fp32 before it is summed (never fused into an FMA).
 #pragma once
 
 #include <string>
