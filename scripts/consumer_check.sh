@@ -40,7 +40,7 @@ if [ -f /usr/local/cuda/include/cuda.h ] || [ -n "${CUDA_HOME:-}" ]; then
 fi
 out=$("$work/build/fp8c_consumer" examples/gpt_mlp.fp8 2>&1) || { echo "$out"; fail "the consumer failed"; }
 echo "$out"
-for expected in "examples/gpt_mlp.fp8: 2 layers" "fc1: 8 ranks" "fc2: 8 ranks" \
+for expected in "examples/gpt_mlp.fp8: 2 layers" "fc1: 8 ranks" "fc2: 8 ranks" "session: " \
                 "gloo backend: available ($libdir/libfp8c_gloo.so)"; do
   grep -qF -- "$expected" <<<"$out" || fail "expected '$expected' in the consumer's output"
 done

@@ -1,6 +1,7 @@
 // An fp8c user outside the source tree: loads a .fp8 spec, plans it and
-// prints a summary of the plan, then says whether the gloo backend (the
-// module next to libfp8c.so) is usable.
+// prints a summary of the plan, opens a Session on it (or says why there is
+// no GPU), then says whether the gloo backend (the module next to
+// libfp8c.so) is usable.
 //   fp8c_consumer SPEC [--ranks N] [--tokens M]
 #include <cstdint>
 #include <exception>
@@ -10,6 +11,8 @@
 #include "codegen/planner.hpp"
 #include "collectives/gloo_communicator.hpp"
 #include "fp8c/dsl.hpp"
+#include "fp8c/session.hpp"
+#include "runtime/dynamic_library.hpp"
 
 namespace {
 
@@ -57,6 +60,19 @@ int main(int argc, char** argv) {
   } catch (const std::exception& error) {
     // load_spec's message is the checker's diagnostics, one per line.
     std::cerr << error.what();
+    return 1;
+  }
+  // The host API: on a GPU machine a Session compiles and loads every kernel;
+  // without a driver it says what is missing.
+  try {
+    fp8c::SessionOptions session_options;
+    session_options.tokens = options.tokens;
+    fp8c::Session session(argv[1], session_options);
+    std::cout << "session: " << session.kernels().size() << " kernels loaded\n";
+  } catch (const fp8c::runtime::Unavailable& error) {
+    std::cout << "session: no GPU here: " << error.what() << "\n";
+  } catch (const std::exception& error) {
+    std::cerr << "session: " << error.what() << "\n";
     return 1;
   }
   const std::string why = fp8c::collectives::gloo_unavailable_reason();
