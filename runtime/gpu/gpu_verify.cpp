@@ -5,6 +5,8 @@
 
 #include "codegen/planner.hpp"
 #include "runtime/cpu/reference.hpp"
+#include "runtime/gpu/kernel_set.hpp"
+#include "runtime/gpu/rank_executor.hpp"
 #include "runtime/gpu/run_layer.hpp"
 
 namespace fp8c::runtime {
@@ -74,15 +76,13 @@ std::vector<float> as_floats(const std::vector<std::uint8_t>& bytes) {
 
 }  // namespace
 
-cpu::VerifyReport verify_spec_on_gpu(const Spec& spec, const cpu::VerifyOptions& options,
-                                     const Device& device, const Jit& jit) {
+namespace {
+
+// Refuses what the CPU reference cannot do in reasonable time.
+void check_size(const Spec& spec, const cpu::VerifyOptions& options) {
   if (!options.layer.empty() && !spec.find_layer(options.layer))
     throw cpu::VerifyError("no layer '" + options.layer + "'");
   if (options.steps == 0) throw cpu::VerifyError("--steps must be at least 1");
-  PlanOptions po;
-  po.ranks = options.ranks;
-  po.tokens = options.tokens;
-  const Plan plan = plan_spec(spec, po);
   for (const Layer& layer : spec.layers) {
     if (!options.layer.empty() && layer.name != options.layer) continue;
     const double flops = cpu::layer_step_flops(layer, options.tokens);
@@ -92,16 +92,113 @@ cpu::VerifyReport verify_spec_on_gpu(const Spec& spec, const cpu::VerifyOptions&
                              std::to_string(options.max_flops) +
                              " without --force); use fewer --tokens or pass --force");
   }
+}
+
+std::vector<cpu::LayerData> layer_data(const Layer& layer, std::size_t index,
+                                       const cpu::VerifyOptions& options) {
+  std::vector<cpu::LayerData> data;
+  for (std::uint32_t s = 0; s < options.steps; ++s)
+    data.push_back(
+        cpu::random_layer_data(layer, options.tokens, options.seed * 1000003 + index * 7919 + s));
+  return data;
+}
+
+// One rank's GPU results against the CPU reference's for the same rank.
+void compare_rank(cpu::VerifyReport& report, const Layer& layer,
+                  const std::vector<cpu::RankStepResult>& gpu,
+                  const std::vector<cpu::RankStepResult>& ref, int rank, const std::string& where) {
   const double tol = cpu::tolerances().reduction;
+  for (std::size_t s = 0; s < ref.size() && s < gpu.size(); ++s) {
+    const auto& a = gpu[s];
+    const auto& b = ref[s];
+    const std::string at = " rank " + std::to_string(rank) + " step " + std::to_string(s);
+    const auto add = [&](const std::string& what, const std::vector<float>& x,
+                         const std::vector<float>& y, double bound, bool bitwise) {
+      if (x.empty() && y.empty()) return;
+      report.checks.push_back(
+          compare(layer.name, what + ": gpu vs cpu" + at + where, x, y, bound, bitwise));
+    };
+    // y reads only FP8 data quantized from the inputs (bitwise equal,
+    // checked below): the GEMMs' summation order is the only difference.
+    // Gradients of a layer with an activation go through dz = dy * act'(z),
+    // z a GEMM result: a z one rounding apart can move dz to the next FP8
+    // code, so they get the rule the CPU oracle uses where quantized values
+    // may differ (twice the float64 bound).
+    const auto gradient_tol = [&](const char* t) {
+      return layer.activation == Activation::none ? tol : 2 * cpu::float64_bound(layer, t);
+    };
+    add("y", a.y, b.y, tol, false);
+    add("dx", a.dx, b.dx, gradient_tol("dx"), false);
+    add("dw", a.dw, b.dw, gradient_tol("dw"), false);
+    add("db", a.db, b.db, gradient_tol("db"), false);
+    for (const auto& [name, c] : b.captured) {
+      auto it = a.captured.find(name);
+      add(name + " bytes",
+          it == a.captured.end() ? std::vector<float>{} : as_floats(it->second.bytes),
+          as_floats(c.bytes), 0, true);
+    }
+    for (const auto& [key, d] : b.state.delayed) {
+      auto it = a.state.delayed.find(key);
+      cpu::DelayedScale g = it == a.state.delayed.end() ? cpu::DelayedScale{} : it->second;
+      const bool exact = key == "x" || key == "w";
+      add("state " + key + " scale", {g.scale}, {d.scale}, tol, exact);
+      add("state " + key + " history", g.history, d.history, tol, exact);
+    }
+  }
+}
+
+// The accuracy contract itself: the GPU's global tensors against the
+// float64 reference of the unquantized math, within the bounds the CPU
+// oracle holds its own runs to, and replicas identical on all ranks.
+void compare_float64(cpu::VerifyReport& report, const Layer& layer,
+                     const std::vector<std::vector<cpu::RankStepResult>>& gpu,
+                     const std::vector<cpu::LayerData>& data, std::uint64_t tokens,
+                     const std::string& where) {
+  for (std::size_t s = 0; s < data.size(); ++s) {
+    const cpu::ReferenceResult ref = cpu::reference_layer_step(layer, tokens, data[s]);
+    std::vector<const cpu::RankStepResult*> ranks;
+    for (const auto& r : gpu) ranks.push_back(&r[s]);
+    struct Field {
+      const char* name;
+      std::vector<float> cpu::RankStepResult::*values;
+      std::array<Dim, 2> cpu::RankStepResult::*dims;
+      const std::vector<double>* ref;
+    };
+    std::vector<Field> fields = {
+        {"y", &cpu::RankStepResult::y, &cpu::RankStepResult::y_dims, &ref.y},
+        {"dx", &cpu::RankStepResult::dx, &cpu::RankStepResult::dx_dims, &ref.dx},
+        {"dw", &cpu::RankStepResult::dw, &cpu::RankStepResult::dw_dims, &ref.dw}};
+    if (layer.bias)
+      fields.push_back({"db", &cpu::RankStepResult::db, &cpu::RankStepResult::db_dims, &ref.db});
+    for (const auto& f : fields) {
+      const cpu::Assembled g = cpu::assemble(ranks, f.values, f.dims);
+      const std::vector<float> want(f.ref->begin(), f.ref->end());
+      report.checks.push_back(compare(
+          layer.name, std::string(f.name) + ": gpu vs float64 step " + std::to_string(s) + where,
+          g.values, want, cpu::float64_bound(layer, f.name), false));
+      report.checks.push_back(compare(layer.name,
+                                      std::string(f.name) + ": replicas identical on all ranks" +
+                                          " step " + std::to_string(s) + where,
+                                      {g.replicas_agree ? 1.0f : 0.0f}, {1.0f}, 0, true));
+    }
+  }
+}
+
+}  // namespace
+
+cpu::VerifyReport verify_spec_on_gpu(const Spec& spec, const cpu::VerifyOptions& options,
+                                     const Device& device, const Jit& jit) {
+  check_size(spec, options);
+  PlanOptions po;
+  po.ranks = options.ranks;
+  po.tokens = options.tokens;
+  const Plan plan = plan_spec(spec, po);
   cpu::VerifyReport report;
   for (std::size_t li = 0; li < spec.layers.size(); ++li) {
     const Layer& layer = spec.layers[li];
     if (!options.layer.empty() && layer.name != options.layer) continue;
     const LayerPlan& lp = *plan.find(layer.name);
-    std::vector<cpu::LayerData> data;
-    for (std::uint32_t s = 0; s < options.steps; ++s)
-      data.push_back(
-          cpu::random_layer_data(layer, options.tokens, options.seed * 1000003 + li * 7919 + s));
+    const std::vector<cpu::LayerData> data = layer_data(layer, li, options);
     cpu::ExecutorOptions ce = options.executor;
     ce.backend = collectives::Backend::kInProcess;
     ce.capture = exact_tensors(lp);
@@ -111,86 +208,43 @@ cpu::VerifyReport verify_spec_on_gpu(const Spec& spec, const cpu::VerifyOptions&
     const auto ref = cpu::run_layer(layer, lp, data, ce);
     const auto gpu = run_layer_on_gpu(device, jit, layer, lp, data, ge);
     const std::string where = " (" + std::to_string(lp.ranks) + " ranks on one GPU)";
-    for (std::size_t r = 0; r < ref.size(); ++r) {
-      for (std::size_t s = 0; s < ref[r].size(); ++s) {
-        const auto& a = gpu[r][s];
-        const auto& b = ref[r][s];
-        const std::string at = " rank " + std::to_string(r) + " step " + std::to_string(s);
-        const auto add = [&](const std::string& what, const std::vector<float>& x,
-                             const std::vector<float>& y, bool bitwise) {
-          if (x.empty() && y.empty()) return;
-          report.checks.push_back(
-              compare(layer.name, what + ": gpu vs cpu" + at + where, x, y, tol, bitwise));
-        };
-        // y reads only FP8 data quantized from the inputs (bitwise equal,
-        // checked below): the GEMMs' summation order is the only difference.
-        // Gradients of a layer with an activation go through dz = dy *
-        // act'(z), z a GEMM result: a z one rounding apart can move dz to the
-        // next FP8 code, so they get the rule the CPU oracle uses where
-        // quantized values may differ (twice the float64 bound).
-        const auto gradient_tol = [&](const char* t) {
-          return layer.activation == Activation::none ? tol : 2 * cpu::float64_bound(layer, t);
-        };
-        const auto add_within = [&](const std::string& what, const std::vector<float>& x,
-                                    const std::vector<float>& y, double bound) {
-          if (x.empty() && y.empty()) return;
-          report.checks.push_back(
-              compare(layer.name, what + ": gpu vs cpu" + at + where, x, y, bound, false));
-        };
-        add_within("y", a.y, b.y, tol);
-        add_within("dx", a.dx, b.dx, gradient_tol("dx"));
-        add_within("dw", a.dw, b.dw, gradient_tol("dw"));
-        add_within("db", a.db, b.db, gradient_tol("db"));
-        for (const auto& [name, c] : b.captured) {
-          auto it = a.captured.find(name);
-          add(name + " bytes", it == a.captured.end() ? std::vector<float>{}
-                                                      : as_floats(it->second.bytes),
-              as_floats(c.bytes), true);
-        }
-        for (const auto& [key, d] : b.state.delayed) {
-          auto it = a.state.delayed.find(key);
-          cpu::DelayedScale g = it == a.state.delayed.end() ? cpu::DelayedScale{} : it->second;
-          const bool exact = key == "x" || key == "w";
-          add("state " + key + " scale", {g.scale}, {d.scale}, exact);
-          add("state " + key + " history", g.history, d.history, exact);
-        }
-      }
-    }
-    // The accuracy contract itself: the GPU's global tensors against the
-    // float64 reference of the unquantized math, within the bounds the CPU
-    // oracle holds its own runs to.
-    for (std::size_t s = 0; s < data.size(); ++s) {
-      const cpu::ReferenceResult ref = cpu::reference_layer_step(layer, options.tokens, data[s]);
-      std::vector<const cpu::RankStepResult*> ranks;
-      for (const auto& r : gpu) ranks.push_back(&r[s]);
-      struct Field {
-        const char* name;
-        std::vector<float> cpu::RankStepResult::*values;
-        std::array<Dim, 2> cpu::RankStepResult::*dims;
-        const std::vector<double>* ref;
-      };
-      std::vector<Field> fields = {
-          {"y", &cpu::RankStepResult::y, &cpu::RankStepResult::y_dims, &ref.y},
-          {"dx", &cpu::RankStepResult::dx, &cpu::RankStepResult::dx_dims, &ref.dx},
-          {"dw", &cpu::RankStepResult::dw, &cpu::RankStepResult::dw_dims, &ref.dw}};
-      if (layer.bias)
-        fields.push_back({"db", &cpu::RankStepResult::db, &cpu::RankStepResult::db_dims, &ref.db});
-      for (const auto& f : fields) {
-        const cpu::Assembled g = cpu::assemble(ranks, f.values, f.dims);
-        std::vector<float> want(f.ref->begin(), f.ref->end());
-        cpu::CheckResult c = compare(layer.name,
-                                     std::string(f.name) + ": gpu vs float64 step " +
-                                         std::to_string(s) + where,
-                                     g.values, want, cpu::float64_bound(layer, f.name), false);
-        // compare() measured against the float reference rounded to float;
-        // the relative error is what the bound is about.
-        report.checks.push_back(c);
-        report.checks.push_back(compare(layer.name,
-                                        std::string(f.name) + ": replicas identical on all ranks" +
-                                            where,
-                                        {g.replicas_agree ? 1.0f : 0.0f}, {1.0f}, 0, true));
-      }
-    }
+    for (std::size_t r = 0; r < ref.size(); ++r)
+      compare_rank(report, layer, gpu[r], ref[r], static_cast<int>(r), where);
+    compare_float64(report, layer, gpu, data, options.tokens, where);
+  }
+  return report;
+}
+
+cpu::VerifyReport verify_rank_on_gpu(const Spec& spec, const cpu::VerifyOptions& options,
+                                     const Device& device, const Jit& jit,
+                                     DeviceCommunicator& comm) {
+  check_size(spec, options);
+  PlanOptions po;
+  po.ranks = static_cast<std::uint32_t>(comm.size());
+  po.tokens = options.tokens;
+  const Plan plan = plan_spec(spec, po);
+  cpu::VerifyReport report;
+  device.make_current();
+  for (std::size_t li = 0; li < spec.layers.size(); ++li) {
+    const Layer& layer = spec.layers[li];
+    if (!options.layer.empty() && layer.name != options.layer) continue;
+    const LayerPlan& lp = *plan.find(layer.name);
+    const std::vector<cpu::LayerData> data = layer_data(layer, li, options);
+    cpu::ExecutorOptions ce = options.executor;
+    ce.backend = collectives::Backend::kInProcess;
+    ce.capture = exact_tensors(lp);
+    GpuRunOptions ge;
+    ge.capture = ce.capture;
+    ge.timeout = comm.timeout();
+    const LayerKernels needed = layer_kernels(layer, lp);
+    const KernelSet kernels(jit, needed.kernels, needed.dbias_outputs);
+    const auto gpu = run_rank_on_gpu(kernels, comm, layer, lp, data, ge);
+    // Every process runs the whole group's CPU reference (threads) and
+    // checks its own rank against it.
+    const auto ref = cpu::run_layer(layer, lp, data, ce);
+    compare_rank(report, layer, gpu, ref[static_cast<std::size_t>(comm.rank())], comm.rank(),
+                 " (" + std::string(comm.backend_name()) + ", " + std::to_string(comm.size()) +
+                     " processes)");
   }
   return report;
 }

@@ -27,4 +27,15 @@ namespace fp8c::runtime {
 cpu::VerifyReport verify_spec_on_gpu(const Spec& spec, const cpu::VerifyOptions& options,
                                      const Device& device, const Jit& jit);
 
+class DeviceCommunicator;
+
+// One process per GPU (NCCL): this process runs its own rank, planned for
+// comm.size() ranks, and compares it with the same rank of the CPU
+// reference, which every process runs whole (threads). The float64 check
+// needs every rank's results and is left to the CPU oracle (fp8c verify)
+// and to the single-GPU multi-rank mode above.
+cpu::VerifyReport verify_rank_on_gpu(const Spec& spec, const cpu::VerifyOptions& options,
+                                     const Device& device, const Jit& jit,
+                                     DeviceCommunicator& comm);
+
 }  // namespace fp8c::runtime

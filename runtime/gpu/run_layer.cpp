@@ -14,6 +14,37 @@
 
 namespace fp8c::runtime {
 
+std::vector<cpu::RankStepResult> run_rank_on_gpu(const KernelSet& kernels,
+                                                 DeviceCommunicator& comm, const Layer& layer,
+                                                 const LayerPlan& plan,
+                                                 const std::vector<cpu::LayerData>& steps,
+                                                 const GpuRunOptions& options,
+                                                 const cpu::LayerState& initial) {
+  const int r = comm.rank();
+  Stream stream;
+  std::unique_ptr<GemmRunner> gemm = make_cublaslt_runner();
+  DeviceLayerState state(layer, plan);
+  state.upload(initial);
+  std::vector<cpu::RankStepResult> results;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (i == 0 && r == options.fail_rank)
+      throw ExecutorError("gpu executor: rank " + std::to_string(r) +
+                          " failed on purpose (fault injection)");
+    GpuRankExecutor exec(layer, plan, {kernels, comm, *gemm, stream.get()}, state);
+    cpu::TensorStore host(plan);
+    const cpu::LayerState before = state.download();
+    cpu::fill_external_tensors(layer, host, before, steps[i], r);
+    exec.upload_externals(host);
+    exec.forward();
+    exec.backward();
+    exec.update();
+    exec.synchronize();
+    exec.download(host);
+    results.push_back(cpu::collect_step_result(layer, host, state.download(), options.capture));
+  }
+  return results;
+}
+
 std::vector<std::vector<cpu::RankStepResult>> run_layer_on_gpu(
     const Device& device, const Jit& jit, const Layer& layer, const LayerPlan& plan,
     const std::vector<cpu::LayerData>& steps, const GpuRunOptions& options,
@@ -40,27 +71,8 @@ std::vector<std::vector<cpu::RankStepResult>> run_layer_on_gpu(
       DeviceCommunicator& comm = *comms[static_cast<std::size_t>(r)];
       try {
         device.make_current();
-        Stream stream;
-        std::unique_ptr<GemmRunner> gemm = make_cublaslt_runner();
-        DeviceLayerState state(layer, plan);
-        state.upload(initial);
-        for (std::size_t i = 0; i < steps.size(); ++i) {
-          if (i == 0 && r == options.fail_rank)
-            throw ExecutorError("gpu executor: rank " + std::to_string(r) +
-                                " failed on purpose (fault injection)");
-          GpuRankExecutor exec(layer, plan, {kernels, comm, *gemm, stream.get()}, state);
-          cpu::TensorStore host(plan);
-          const cpu::LayerState before = state.download();
-          cpu::fill_external_tensors(layer, host, before, steps[i], r);
-          exec.upload_externals(host);
-          exec.forward();
-          exec.backward();
-          exec.update();
-          exec.synchronize();
-          exec.download(host);
-          results[static_cast<std::size_t>(r)].push_back(
-              cpu::collect_step_result(layer, host, state.download(), options.capture));
-        }
+        results[static_cast<std::size_t>(r)] =
+            run_rank_on_gpu(kernels, comm, layer, plan, steps, options, initial);
       } catch (...) {
         errors[static_cast<std::size_t>(r)] = std::current_exception();
         comm.abort("rank " + std::to_string(r) + " failed");

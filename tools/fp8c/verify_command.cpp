@@ -1,6 +1,7 @@
 // fp8c verify: the distributed oracle on CPU ranks (runtime/cpu/verify.hpp).
 
 #include <algorithm>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -9,6 +10,8 @@
 #include "collectives/gloo_communicator.hpp"
 #include "fp8c/dsl.hpp"
 #include "runtime/cpu/verify.hpp"
+#include "runtime/comm/nccl_bootstrap.hpp"
+#include "runtime/comm/nccl_communicator.hpp"
 #include "runtime/cubin_cache.hpp"
 #include "runtime/dynamic_library.hpp"
 #include "runtime/gpu/gpu_verify.hpp"
@@ -21,7 +24,7 @@ namespace {
 constexpr std::string_view kVerifyHelp =
     "usage: fp8c verify FILE [--ranks N] [--tokens M] [--steps K] [--seed S]\n"
     "                        [--backend gloo|in-process] [--layer L] [--json] [--force]\n"
-    "                        [--device cpu|gpu]\n"
+    "                        [--device cpu|gpu [--nccl]]\n"
     "\n"
     "Runs each layer of FILE on CPU ranks (threads with gloo or in-process\n"
     "collectives) with its N-rank plan and with its 1-rank plan on the same\n"
@@ -51,6 +54,11 @@ constexpr std::string_view kVerifyHelp =
     "                 FP8 data quantized from the inputs bitwise, y/dx/dw/dbias\n"
     "                 and gradient scales within the reduction tolerance\n"
     "                 (docs/runtime.md)\n"
+    "  --nccl         with --device gpu: this process is one rank of a group\n"
+    "                 started by a launcher (torchrun-style RANK, WORLD_SIZE,\n"
+    "                 LOCAL_RANK, MASTER_ADDR, MASTER_PORT, or mpirun's; alone:\n"
+    "                 one rank), on GPU LOCAL_RANK over NCCL; it checks its own\n"
+    "                 rank against the CPU reference (scripts/launch_ranks.sh)\n"
     "\n"
     "Exit status: 0 every check passed, 1 a check failed or the spec cannot be\n"
     "verified as asked, 2 usage error.\n";
@@ -61,12 +69,15 @@ int run_verify(const Args& args) {
   std::optional<collectives::Backend> backend;  // as asked; unset: gloo if it loads
   bool json = false;
   bool on_gpu = false;
+  bool nccl = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--json") {
       json = true;
     } else if (a == "--force") {
       options.force = true;
+    } else if (a == "--nccl") {
+      nccl = true;
     } else if (a == "--layer" || a == "--backend" || a == "--device") {
       if (i + 1 >= args.size()) return usage_error("verify", a + " needs a value");
       const std::string v = args[++i];
@@ -108,6 +119,7 @@ int run_verify(const Args& args) {
     }
   }
   if (file.empty()) return usage_error("verify", "no file given");
+  if (nccl && !on_gpu) return usage_error("verify", "--nccl needs --device gpu");
   const std::optional<Spec> loaded = load_spec_reporting(file);
   if (!loaded) return 1;
   const Spec& spec = *loaded;
@@ -128,7 +140,15 @@ int run_verify(const Args& args) {
   if (on_gpu) options.executor.backend = collectives::Backend::kInProcess;
   cpu::VerifyReport report;
   try {
-    if (on_gpu) {
+    if (on_gpu && nccl) {
+      const bool launched = std::getenv("WORLD_SIZE") || std::getenv("OMPI_COMM_WORLD_SIZE");
+      const runtime::NcclBootstrap boot =
+          launched ? runtime::nccl_bootstrap_from_process() : runtime::single_rank_bootstrap();
+      runtime::Device device(boot.local_rank);
+      runtime::Jit jit(device.arch(), runtime::CubinCache(runtime::CubinCache::default_directory()));
+      auto comm = runtime::make_nccl_communicator(boot, boot.local_rank, options.executor.timeout);
+      report = runtime::verify_rank_on_gpu(spec, options, device, jit, *comm);
+    } else if (on_gpu) {
       runtime::Device device(0);
       runtime::Jit jit(device.arch(), runtime::CubinCache(runtime::CubinCache::default_directory()));
       report = runtime::verify_spec_on_gpu(spec, options, device, jit);
@@ -140,6 +160,12 @@ int run_verify(const Args& args) {
     return 1;
   } catch (const runtime::ExecutorError& e) {
     std::cerr << "fp8c verify: " << file << ": " << e.what() << "\n";
+    return 1;
+  } catch (const collectives::CollectiveError& e) {
+    std::cerr << "fp8c verify: " << file << ": " << e.what() << "\n";
+    return 1;
+  } catch (const collectives::LaunchEnvError& e) {
+    std::cerr << "fp8c verify: --nccl: " << e.what() << "\n";
     return 1;
   } catch (const PlanError& e) {
     std::cerr << "fp8c verify: " << file << ": " << e.what() << "\n";
