@@ -35,6 +35,10 @@ struct Case {
   int ranks;
 };
 
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.recipe << " " << c.mode << (c.sp ? " sp" : "") << " ranks " << c.ranks;
+}
+
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   std::string r = info.param.recipe.substr(0, info.param.recipe.find(' '));
   return r + "_" + info.param.mode + (info.param.sp ? "_sp" : "") + "_" +

@@ -82,8 +82,10 @@ TEST(EpilogueCompile, BadDescriptionsAreRejected) {
   k.bias = true;
   EXPECT_THROW(emit_cuda(k), std::invalid_argument);
   k.bias = false;
-  k.output = ElemType::fp32;  // v is stored in the input type
+  k.output = ElemType::fp16;  // v is stored in the input type, or fp32 (staging)
   EXPECT_THROW(emit_cuda(k), std::invalid_argument);
+  k.output = ElemType::fp32;
+  EXPECT_NO_THROW(emit_cuda(k));
   EXPECT_THROW(emit_cuda(DequantizeKernel{Fp8Format::e4m3, Scaling::none, ElemType::bf16}),
                std::invalid_argument);
   EXPECT_THROW(emit_cuda(DequantizeKernel{Fp8Format::e4m3, Scaling::per_tensor, ElemType::e4m3}),
