@@ -8,7 +8,9 @@
 namespace fp8c {
 namespace {
 
-std::size_t element_size(DType d) { return d == DType::fp32 ? 4 : 2; }
+std::size_t element_size(DType d) {
+  return d == DType::fp32 ? 4 : 2;
+}
 
 }  // namespace
 
@@ -36,8 +38,8 @@ DeviceTensor& DeviceTensor::operator=(DeviceTensor&& other) noexcept {
 void DeviceTensor::upload(const std::vector<float>& values) {
   const auto n = static_cast<std::size_t>(ref_.rows * ref_.cols);
   if (values.size() != n)
-    throw SessionError("DeviceTensor::upload: " + std::to_string(values.size()) +
-                       " values for " + std::to_string(n) + " elements");
+    throw SessionError("DeviceTensor::upload: " + std::to_string(values.size()) + " values for " +
+                       std::to_string(n) + " elements");
   if (n == 0) return;
   const auto p = reinterpret_cast<CUdeviceptr>(ref_.data);
   if (ref_.dtype == DType::fp32) {

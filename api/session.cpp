@@ -45,8 +45,8 @@ TensorRef from_dlpack(const DLTensor& t) {
   r.rows = t.shape[0];
   r.cols = t.ndim == 2 ? t.shape[1] : 1;
   if (t.strides) {
-    const bool contiguous = t.ndim == 1 ? t.strides[0] == 1
-                                        : (t.strides[1] == 1 && t.strides[0] == t.shape[1]);
+    const bool contiguous =
+        t.ndim == 1 ? t.strides[0] == 1 : (t.strides[1] == 1 && t.strides[0] == t.shape[1]);
     if (!contiguous) throw SessionError("from_dlpack: the tensor is not contiguous (row-major)");
   }
   if (t.dtype.lanes != 1) throw SessionError("from_dlpack: vector element types are not supported");
@@ -87,9 +87,9 @@ struct Session::Impl {
       : spec(load_spec(path)),
         plan(plan_for(spec, o)),
         device(o.device),
-        jit(device.arch(), runtime::CubinCache(o.cache_dir.empty()
-                                                   ? runtime::CubinCache::default_directory()
-                                                   : o.cache_dir)) {
+        jit(device.arch(),
+            runtime::CubinCache(o.cache_dir.empty() ? runtime::CubinCache::default_directory()
+                                                    : o.cache_dir)) {
     device.make_current();
     std::vector<GeneratedKernel> all;
     std::vector<ElemType> dbias;
@@ -103,7 +103,8 @@ struct Session::Impl {
     }
     kernels = std::make_unique<runtime::KernelSet>(jit, all, dbias, o.compile_threads);
     for (const auto& c : kernels->compiled())
-      reports.push_back({c.name, c.milliseconds, c.cache == runtime::CacheOutcome::hit, c.registers});
+      reports.push_back(
+          {c.name, c.milliseconds, c.cache == runtime::CacheOutcome::hit, c.registers});
     group = std::make_unique<runtime::LocalDeviceGroup>(1, o.collective_timeout, jit);
     comm = group->communicator(0);
     gemm = runtime::make_cublaslt_runner();
@@ -113,8 +114,7 @@ struct Session::Impl {
       run.plan = &lp;
       run.state = std::make_unique<DeviceLayerState>(*run.layer, lp);
       run.exec = std::make_unique<GpuRankExecutor>(
-          *run.layer, lp, runtime::RankResources{*kernels, *comm, *gemm, stream.get()},
-          *run.state);
+          *run.layer, lp, runtime::RankResources{*kernels, *comm, *gemm, stream.get()}, *run.state);
       layers.emplace(lp.layer, std::move(run));
     }
   }
@@ -150,9 +150,9 @@ struct Session::Impl {
       throw SessionError("fp8c: layer '" + run.layer->name + "': " + what + " is a null pointer");
     if (elem(t.dtype) != p->type || t.rows * t.cols != rows * cols ||
         (t.cols != cols && !(cols == 1 || rows == 1)))
-      throw SessionError("fp8c: layer '" + run.layer->name + "': " + what + " is " +
-                         describe(t) + ", the plan needs " + std::string(to_string(p->type)) +
-                         " [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+      throw SessionError("fp8c: layer '" + run.layer->name + "': " + what + " is " + describe(t) +
+                         ", the plan needs " + std::string(to_string(p->type)) + " [" +
+                         std::to_string(rows) + ", " + std::to_string(cols) + "]");
     run.exec->bind(key, reinterpret_cast<CUdeviceptr>(t.data));
   }
 };
@@ -161,7 +161,9 @@ Session::Session(const std::string& spec_path, const SessionOptions& options)
     : impl_(std::make_unique<Impl>(spec_path, options)) {}
 Session::~Session() = default;
 
-const Spec& Session::spec() const { return impl_->spec; }
+const Spec& Session::spec() const {
+  return impl_->spec;
+}
 
 std::vector<std::string> Session::layers() const {
   std::vector<std::string> names;
@@ -169,7 +171,9 @@ std::vector<std::string> Session::layers() const {
   return names;
 }
 
-const std::vector<KernelReport>& Session::kernels() const { return impl_->reports; }
+const std::vector<KernelReport>& Session::kernels() const {
+  return impl_->reports;
+}
 
 std::vector<std::int64_t> Session::shape(const std::string& layer, const std::string& key) const {
   auto& run = impl_->layer(layer);

@@ -47,9 +47,12 @@ int main(int argc, char** argv) {
   std::string json_path, only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--iters" && i + 1 < argc) iters = std::atoi(argv[++i]);
-    else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
-    else if (a == "--only" && i + 1 < argc) only = argv[++i];
+    if (a == "--iters" && i + 1 < argc)
+      iters = std::atoi(argv[++i]);
+    else if (a == "--json" && i + 1 < argc)
+      json_path = argv[++i];
+    else if (a == "--only" && i + 1 < argc)
+      only = argv[++i];
     else {
       std::fprintf(stderr, "usage: layer_bench [--iters N] [--json FILE] [--only M,K,N]\n");
       return 2;
@@ -62,10 +65,10 @@ int main(int argc, char** argv) {
     std::ostringstream json;
     json << "{\"benchmark\": \"layer\", \"device\": \"" << device.name() << "\", \"cases\": [";
     bool first = true;
-    for (const Shape& s : {Shape{16384, 8192, 8192}, Shape{16384, 8192, 28672},
-                           Shape{8192, 4096, 4096}}) {
-      const std::string key = std::to_string(s.tokens) + "," + std::to_string(s.in) + "," +
-                              std::to_string(s.out);
+    for (const Shape& s :
+         {Shape{16384, 8192, 8192}, Shape{16384, 8192, 28672}, Shape{8192, 4096, 4096}}) {
+      const std::string key =
+          std::to_string(s.tokens) + "," + std::to_string(s.in) + "," + std::to_string(s.out);
       if (!only.empty() && only != key) continue;
       for (const std::string recipe : {"delayed", "current"}) {
         LayerBenchOptions o;

@@ -15,6 +15,7 @@
 
 #include <sstream>
 
+#include "codegen/kernels/cuda_activation.hpp"
 #include "codegen/kernels/cuda_prelude.hpp"
 #include "codegen/kernels/quantize.hpp"
 
@@ -22,39 +23,6 @@
 
 namespace fp8c {
 namespace {
-
-std::string dact_function(Activation act) {
-  switch (act) {
-    case Activation::none:
-      return "__device__ __forceinline__ float dact(float) { return 1.0f; }\n";
-    case Activation::relu:
-      return "__device__ __forceinline__ float dact(float x) { return x > 0.0f ? 1.0f : 0.0f; }\n";
-    case Activation::gelu:
-      // d/dx of the tanh approximation of GELU. tanh.approx (one MUFU
-      // instruction, relative error under 2^-10.9) instead of tanhf, whose
-      // twenty-odd instructions made this kernel compute-bound.
-      return R"(__device__ __forceinline__ float tanh_fast(float x) {
-  float y;
-  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ float dact(float x) {
-  const float k0 = 0.7978845608028654f, k1 = 0.044715f;
-  const float t = tanh_fast(k0 * x * (1.0f + k1 * x * x));
-  return 0.5f * x * ((1.0f - t * t) * (k0 + 3.0f * k0 * k1 * x * x)) + 0.5f * (1.0f + t);
-}
-)";
-    case Activation::silu:
-      // Fast intrinsics: the IEEE division and expf subroutines spill here,
-      // and dact is compared within a tolerance anyway.
-      return R"(__device__ __forceinline__ float dact(float x) {
-  const float s = __fdividef(1.0f, 1.0f + __expf(-x));
-  return s + x * s * (1.0f - s);
-}
-)";
-  }
-  return {};
-}
 
 const char* bool_text(bool b) {
   return b ? "true" : "false";
@@ -80,7 +48,7 @@ KernelSource emit_cuda(const QuantizeKernel& k) {
   const std::string pack = cuda_pack_function(k.format);
   const bool wide = k.input == ElemType::fp32;  // 8 values are two 16-byte vectors
   std::ostringstream s;
-  s << cuda_prelude() << dact_function(k.dact);
+  s << cuda_prelude() << cuda_activation_grad_function(k.dact);
   s << "typedef " << in << " in_t;\n"
     << "#define ROWWISE " << bool_text(k.rowwise) << "\n"
     << "#define COLUMNWISE " << bool_text(k.columnwise) << "\n"
@@ -293,12 +261,14 @@ KernelSource emit_cuda_dbias_reduce(ElemType output) {
       store = "reinterpret_cast<float*>(dbias)[c] = total;";
       break;
     case ElemType::bf16:
-      store = "u16 b; asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(b) : \"f\"(total)); "
-              "reinterpret_cast<u16*>(dbias)[c] = b;";
+      store =
+          "u16 b; asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(b) : \"f\"(total)); "
+          "reinterpret_cast<u16*>(dbias)[c] = b;";
       break;
     case ElemType::fp16:
-      store = "u16 h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(total)); "
-              "reinterpret_cast<u16*>(dbias)[c] = h;";
+      store =
+          "u16 h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(total)); "
+          "reinterpret_cast<u16*>(dbias)[c] = h;";
       break;
     default:
       throw std::invalid_argument("dbias_reduce: output must be fp32, bf16 or fp16");

@@ -38,7 +38,7 @@ std::string ScaleUpdateKernel::name() const {
                   (margin < 0 ? "n" + std::to_string(-margin) : std::to_string(margin)) +
                   (rule == AmaxAlgo::max ? "_max_" : "_recent_");
   for (Fp8Format f : formats) n += f == Fp8Format::e4m3 ? '4' : '5';
-  if (scale_stride != 1) n += "_s" + std::to_string(scale_stride);
+  if (scale_stride != 1) (n += "_s") += std::to_string(scale_stride);
   return n;
 }
 

@@ -54,13 +54,15 @@ int main(int argc, char** argv) {
   }
   try {
     const auto t0 = std::chrono::steady_clock::now();
-    fp8c::Session s(spec, {.tokens = tokens});
+    fp8c::SessionOptions options;
+    options.tokens = tokens;
+    fp8c::Session s(spec, options);
     const double start_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     int hits = 0;
     for (const auto& k : s.kernels()) hits += k.cache_hit;
-    std::printf("loaded %s: %zu layers, %zu kernels (%d from the cache) in %.1f ms\n",
-                spec.c_str(), s.layers().size(), s.kernels().size(), hits, start_ms);
+    std::printf("loaded %s: %zu layers, %zu kernels (%d from the cache) in %.1f ms\n", spec.c_str(),
+                s.layers().size(), s.kernels().size(), hits, start_ms);
 
     const auto names = s.layers();
     if (names.size() != 2) {
@@ -103,8 +105,8 @@ int main(int argc, char** argv) {
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
       std::printf("step %d: %.2f ms  rms y %.4g  dx %.4g  dw1 %.4g  dw2 %.4g  db1 %.4g\n", step, ms,
-                  rms(y.download()), rms(dx.download()), rms(dw1.download()),
-                  rms(dw2.download()), rms(db1.download()));
+                  rms(y.download()), rms(dx.download()), rms(dw1.download()), rms(dw2.download()),
+                  rms(db1.download()));
     }
     const std::string state = "gpt_mlp_step.state";
     s.save_state(state);

@@ -3,7 +3,9 @@
 // memory, step after step. Each layer owns its FP8 state (amax histories and
 // scales), which saves to and restores from a file.
 //
-//   fp8c::Session s("examples/gpt_mlp.fp8", {.tokens = 8192});
+//   fp8c::SessionOptions o;
+//   o.tokens = 8192;
+//   fp8c::Session s("examples/gpt_mlp.fp8", o);
 //   s.forward("fc1", {x, w, b}, y);
 //   ...
 //   s.backward("fc1", dy, {dx, dw, db});   // ends fc1's step: scale update
@@ -67,10 +69,10 @@ class DeviceTensor {
 };
 
 struct SessionOptions {
-  std::uint64_t tokens = 8192;  // tokens per step over the whole group (M)
-  int device = 0;               // CUDA device ordinal
-  std::string cache_dir;        // kernel cache; empty: FP8C_CACHE_DIR or ~/.cache/fp8c
-  unsigned compile_threads = 0; // 0: one per core
+  std::uint64_t tokens = 8192;   // tokens per step over the whole group (M)
+  int device = 0;                // CUDA device ordinal
+  std::string cache_dir;         // kernel cache; empty: FP8C_CACHE_DIR or ~/.cache/fp8c
+  unsigned compile_threads = 0;  // 0: one per core
   std::chrono::milliseconds collective_timeout{60'000};
 };
 

@@ -509,8 +509,7 @@ RankStepResult collect_step_result(const Layer& layer, const TensorStore& store,
                                    const LayerState& state,
                                    const std::vector<std::string>& capture) {
   const LayerPlan& plan = store.plan();
-  const auto take = [&](std::string_view k, std::vector<float>& values,
-                        std::array<Dim, 2>& dims) {
+  const auto take = [&](std::string_view k, std::vector<float>& values, std::array<Dim, 2>& dims) {
     const Tensor* t = plan.find(layer.name + "." + std::string(k));
     if (!t || !store.written(t->id)) return;
     values = t->is_fp8() ? decode(store, t->id, true) : store.read_hp(t->id);

@@ -10,9 +10,7 @@
 #include "runtime/cpu/reference.hpp"
 
 namespace fp8c::cpu {
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 Assembled assemble(const std::vector<const RankStepResult*>& ranks,
                    std::vector<float> RankStepResult::*field,

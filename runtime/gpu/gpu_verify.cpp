@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "codegen/planner.hpp"
 #include "runtime/cpu/reference.hpp"
@@ -23,8 +24,8 @@ cpu::CheckResult compare(const std::string& layer, const std::string& check,
   if (gpu.size() != ref.size()) {
     c.max_abs = INFINITY;
     c.rel = INFINITY;
-    c.check += " (sizes differ: " + std::to_string(gpu.size()) + " vs " +
-               std::to_string(ref.size()) + ")";
+    c.check +=
+        " (sizes differ: " + std::to_string(gpu.size()) + " vs " + std::to_string(ref.size()) + ")";
     return c;
   }
   double diff = 0, norm = 0;
@@ -184,68 +185,70 @@ void compare_float64(cpu::VerifyReport& report, const Layer& layer,
   }
 }
 
-}  // namespace
-
-cpu::VerifyReport verify_spec_on_gpu(const Spec& spec, const cpu::VerifyOptions& options,
-                                     const Device& device, const Jit& jit) {
+// Calls body(layer, its plan, its data, the CPU executor's options) for each
+// layer verify was asked for, planned for `ranks`.
+template <typename Body>
+void for_each_layer(const Spec& spec, const cpu::VerifyOptions& options,
+                    std::optional<std::uint32_t> ranks, Body&& body) {
   check_size(spec, options);
   PlanOptions po;
-  po.ranks = options.ranks;
+  po.ranks = ranks;
   po.tokens = options.tokens;
   const Plan plan = plan_spec(spec, po);
-  cpu::VerifyReport report;
   for (std::size_t li = 0; li < spec.layers.size(); ++li) {
     const Layer& layer = spec.layers[li];
     if (!options.layer.empty() && layer.name != options.layer) continue;
     const LayerPlan& lp = *plan.find(layer.name);
-    const std::vector<cpu::LayerData> data = layer_data(layer, li, options);
     cpu::ExecutorOptions ce = options.executor;
     ce.backend = collectives::Backend::kInProcess;
     ce.capture = exact_tensors(lp);
-    GpuRunOptions ge;
-    ge.capture = ce.capture;
-    ge.timeout = ce.timeout;
-    const auto ref = cpu::run_layer(layer, lp, data, ce);
-    const auto gpu = run_layer_on_gpu(device, jit, layer, lp, data, ge);
-    const std::string where = " (" + std::to_string(lp.ranks) + " ranks on one GPU)";
-    for (std::size_t r = 0; r < ref.size(); ++r)
-      compare_rank(report, layer, gpu[r], ref[r], static_cast<int>(r), where);
-    compare_float64(report, layer, gpu, data, options.tokens, where);
+    body(layer, lp, layer_data(layer, li, options), ce);
   }
+}
+
+}  // namespace
+
+cpu::VerifyReport verify_spec_on_gpu(const Spec& spec, const cpu::VerifyOptions& options,
+                                     const Device& device, const Jit& jit) {
+  cpu::VerifyReport report;
+  for_each_layer(spec, options, options.ranks,
+                 [&](const Layer& layer, const LayerPlan& lp,
+                     const std::vector<cpu::LayerData>& data, const cpu::ExecutorOptions& ce) {
+                   GpuRunOptions ge;
+                   ge.capture = ce.capture;
+                   ge.timeout = ce.timeout;
+                   const auto ref = cpu::run_layer(layer, lp, data, ce);
+                   const auto gpu = run_layer_on_gpu(device, jit, layer, lp, data, ge);
+                   const std::string where = " (" + std::to_string(lp.ranks) + " ranks on one GPU)";
+                   for (std::size_t r = 0; r < ref.size(); ++r)
+                     compare_rank(report, layer, gpu[r], ref[r], static_cast<int>(r), where);
+                   compare_float64(report, layer, gpu, data, options.tokens, where);
+                 });
   return report;
 }
 
 cpu::VerifyReport verify_rank_on_gpu(const Spec& spec, const cpu::VerifyOptions& options,
                                      const Device& device, const Jit& jit,
                                      DeviceCommunicator& comm) {
-  check_size(spec, options);
-  PlanOptions po;
-  po.ranks = static_cast<std::uint32_t>(comm.size());
-  po.tokens = options.tokens;
-  const Plan plan = plan_spec(spec, po);
   cpu::VerifyReport report;
   device.make_current();
-  for (std::size_t li = 0; li < spec.layers.size(); ++li) {
-    const Layer& layer = spec.layers[li];
-    if (!options.layer.empty() && layer.name != options.layer) continue;
-    const LayerPlan& lp = *plan.find(layer.name);
-    const std::vector<cpu::LayerData> data = layer_data(layer, li, options);
-    cpu::ExecutorOptions ce = options.executor;
-    ce.backend = collectives::Backend::kInProcess;
-    ce.capture = exact_tensors(lp);
-    GpuRunOptions ge;
-    ge.capture = ce.capture;
-    ge.timeout = comm.timeout();
-    const LayerKernels needed = layer_kernels(layer, lp);
-    const KernelSet kernels(jit, needed.kernels, needed.dbias_outputs);
-    const auto gpu = run_rank_on_gpu(kernels, comm, layer, lp, data, ge);
-    // Every process runs the whole group's CPU reference (threads) and
-    // checks its own rank against it.
-    const auto ref = cpu::run_layer(layer, lp, data, ce);
-    compare_rank(report, layer, gpu, ref[static_cast<std::size_t>(comm.rank())], comm.rank(),
-                 " (" + std::string(comm.backend_name()) + ", " + std::to_string(comm.size()) +
-                     " processes)");
-  }
+  for_each_layer(spec, options, static_cast<std::uint32_t>(comm.size()),
+                 [&](const Layer& layer, const LayerPlan& lp,
+                     const std::vector<cpu::LayerData>& data, const cpu::ExecutorOptions& ce) {
+                   GpuRunOptions ge;
+                   ge.capture = ce.capture;
+                   ge.timeout = comm.timeout();
+                   const LayerKernels needed = layer_kernels(layer, lp);
+                   const KernelSet kernels(jit, needed.kernels, needed.dbias_outputs);
+                   const auto gpu = run_rank_on_gpu(kernels, comm, layer, lp, data, ge);
+                   // Every process runs the whole group's CPU reference (threads) and
+                   // checks its own rank against it.
+                   const auto ref = cpu::run_layer(layer, lp, data, ce);
+                   compare_rank(report, layer, gpu, ref[static_cast<std::size_t>(comm.rank())],
+                                comm.rank(),
+                                " (" + std::string(comm.backend_name()) + ", " +
+                                    std::to_string(comm.size()) + " processes)");
+                 });
   return report;
 }
 

@@ -83,7 +83,8 @@ std::vector<LayerBenchResult> bench_layers(const Spec& spec, const Device& devic
         inputs[key].push_back(random_buffer(*t, copy * 131 + key[0], key[0] == 'd' ? 1e-3f : 1.0f));
     }
     const auto bind = [&](int i) {
-      for (auto& [key, buffers] : inputs) exec.bind(key, buffers[static_cast<std::size_t>(i % 2)].get());
+      for (auto& [key, buffers] : inputs)
+        exec.bind(key, buffers[static_cast<std::size_t>(i % 2)].get());
     };
     Event start, stop;
     const auto timed = [&](auto&& body) {
@@ -148,12 +149,13 @@ std::string format_bench(const std::vector<LayerBenchResult>& results, bool brea
   std::ostringstream out;
   char line[256];
   for (const auto& r : results) {
-    std::snprintf(line, sizeof line,
-                  "layer %s (%llu tokens, in %llu, out %llu): step %.3f ms, its GEMMs alone %.3f ms, "
-                  "ratio %.3f, %.0f TFLOP/s over the step\n",
-                  r.layer.c_str(), static_cast<unsigned long long>(r.tokens),
-                  static_cast<unsigned long long>(r.in), static_cast<unsigned long long>(r.out),
-                  r.step_ms, r.gemm_ms, r.ratio(), r.flops / (r.step_ms * 1e-3) / 1e12);
+    std::snprintf(
+        line, sizeof line,
+        "layer %s (%llu tokens, in %llu, out %llu): step %.3f ms, its GEMMs alone %.3f ms, "
+        "ratio %.3f, %.0f TFLOP/s over the step\n",
+        r.layer.c_str(), static_cast<unsigned long long>(r.tokens),
+        static_cast<unsigned long long>(r.in), static_cast<unsigned long long>(r.out), r.step_ms,
+        r.gemm_ms, r.ratio(), r.flops / (r.step_ms * 1e-3) / 1e12);
     out << line;
     if (!breakdown) continue;
     double total = 0;

@@ -26,9 +26,9 @@ struct LayerBenchOptions {
 struct LayerBenchResult {
   std::string layer;
   std::uint64_t tokens = 0, in = 0, out = 0;
-  double step_ms = 0;          // median of whole steps
-  double gemm_ms = 0;          // median of the GEMMs alone (all of them, one step's worth)
-  double flops = 0;            // GEMM FLOPs of one step
+  double step_ms = 0;                 // median of whole steps
+  double gemm_ms = 0;                 // median of the GEMMs alone (all of them, one step's worth)
+  double flops = 0;                   // GEMM FLOPs of one step
   std::vector<StepTiming> breakdown;  // per step, medians, inside whole steps
   double ratio() const { return gemm_ms > 0 ? step_ms / gemm_ms : 0; }
 };

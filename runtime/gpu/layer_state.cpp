@@ -12,8 +12,7 @@ std::string state_key(const LayerPlan& plan, int tensor, std::string_view suffix
   return k;
 }
 
-DeviceLayerState::DeviceLayerState(const Layer& layer, const LayerPlan& plan)
-    : layer_(layer.name) {
+DeviceLayerState::DeviceLayerState(const Layer& layer, const LayerPlan& plan) : layer_(layer.name) {
   if (layer.recipe.kind == RecipeKind::delayed) {
     for (const auto& s : plan.update)
       if (s.kind == StepKind::scale_update)

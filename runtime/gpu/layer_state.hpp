@@ -1,10 +1,10 @@
 // A layer's FP8 state on the device: for each delayed-scaling tensor (x, w,
 // dz, ...) its amax history, the amax this step reduced, its scale and the
 // scale's inverse, as the arrays the generated scale-update kernel works on
-// ([tensors][history], [tensors], and scales at a stride of 4 floats). The order of tensors is that of the
-// plan's scale_update step, so the kernel updates them all in one launch.
-// Host copies are cpu::LayerState, the CPU executor's own type, so GPU and
-// CPU states compare directly and one file format serves both.
+// ([tensors][history], [tensors], and scales at a stride of 4 floats). The order of tensors is that
+// of the plan's scale_update step, so the kernel updates them all in one launch. Host copies are
+// cpu::LayerState, the CPU executor's own type, so GPU and CPU states compare directly and one file
+// format serves both.
 #pragma once
 
 #include <string>

@@ -37,7 +37,9 @@ const char* k_dim_name(GemmRole role) {
   return role == GemmRole::fprop ? "in" : role == GemmRole::dgrad ? "out" : "tokens";
 }
 
-std::size_t round_up(std::size_t v, std::size_t to) { return (v + to - 1) / to * to; }
+std::size_t round_up(std::size_t v, std::size_t to) {
+  return (v + to - 1) / to * to;
+}
 
 bool block_scaled(const Tensor& t) {
   return t.is_fp8() && t.scaling != Scaling::per_tensor && t.scaling != Scaling::none;
@@ -56,9 +58,9 @@ bool needs_dequantized_operands(const LayerPlan& plan, const Step& s) {
 // otherwise one rounding of each operand (2^-9 relative in bf16), which the
 // GPU-vs-CPU tolerance covers.
 ElemType dequantized_type(const Tensor&, const Layer& layer) {
-  return layer.dtype == fp8c::DType::bf16 ? ElemType::bf16
+  return layer.dtype == fp8c::DType::bf16   ? ElemType::bf16
          : layer.dtype == fp8c::DType::fp16 ? ElemType::fp16
-                                      : ElemType::fp32;
+                                            : ElemType::fp32;
 }
 
 DequantizeKernel operand_dequantize_kernel(const Tensor& t, const Layer& layer) {
@@ -117,8 +119,8 @@ LayerKernels layer_kernels(const Layer& layer, const LayerPlan& plan) {
       if ((s.kind == StepKind::quantize || s.kind == StepKind::epilogue) && s.fused_dbias)
         for (int id : s.outputs)
           if (cpu::tensor_key(plan, id) == "db" &&
-              std::find(out.dbias_outputs.begin(), out.dbias_outputs.end(),
-                        plan.tensor(id).type) == out.dbias_outputs.end())
+              std::find(out.dbias_outputs.begin(), out.dbias_outputs.end(), plan.tensor(id).type) ==
+                  out.dbias_outputs.end())
             out.dbias_outputs.push_back(plan.tensor(id).type);
     }
   }
@@ -133,8 +135,7 @@ LayerKernels layer_kernels(const Layer& layer, const LayerPlan& plan) {
         if (s.kind == StepKind::quantize && !s.fused_amax &&
             layer.recipe.kind != RecipeKind::current)
           throw ExecutorError("gpu executor: layer '" + layer.name +
-                              "': nan = error needs an amax of " +
-                              plan.tensor(s.inputs[0]).name +
+                              "': nan = error needs an amax of " + plan.tensor(s.inputs[0]).name +
                               ", which this recipe does not compute on the GPU yet");
   return out;
 }
@@ -204,8 +205,8 @@ GpuRankExecutor::GpuRankExecutor(const Layer& layer, const LayerPlan& plan,
         const auto rows = static_cast<int>(src.dims[0].local);
         const int tiles = s.kind == StepKind::quantize ? QuantizeLauncher::tiles(rows)
                                                        : EpilogueLauncher::dbias_tiles(rows);
-        partial = std::max<std::size_t>(partial, static_cast<std::size_t>(tiles) *
-                                                     src.dims[1].local * 4 + 16);
+        partial = std::max<std::size_t>(
+            partial, static_cast<std::size_t>(tiles) * src.dims[1].local * 4 + 16);
       }
       if (s.kind == StepKind::quantize && (s.fused_dact || s.fused_dbias)) {
         const Tensor& src = plan.tensor(s.inputs[0]);
@@ -214,9 +215,10 @@ GpuRankExecutor::GpuRankExecutor(const Layer& layer, const LayerPlan& plan,
             staging = std::max(staging, src.elements() * 4);  // dz in fp32
             // dbias partials of the epilogue kernel's tiles
             partial = std::max<std::size_t>(
-                partial, static_cast<std::size_t>(EpilogueLauncher::dbias_tiles(
-                             static_cast<int>(src.dims[0].local))) *
-                                 src.dims[1].local * 4 + 16);
+                partial, static_cast<std::size_t>(
+                             EpilogueLauncher::dbias_tiles(static_cast<int>(src.dims[0].local))) *
+                                 src.dims[1].local * 4 +
+                             16);
           }
       }
       if (needs_dequantized_operands(plan, s)) {
@@ -287,8 +289,12 @@ void GpuRankExecutor::zero(CUdeviceptr p, std::size_t bytes) {
   FP8C_CU(driver().cuMemsetD8Async(p, 0, bytes, r_.stream));
 }
 
-void GpuRankExecutor::forward() { run_pass("forward", plan_.forward, forward_kernels_); }
-void GpuRankExecutor::backward() { run_pass("backward", plan_.backward, backward_kernels_); }
+void GpuRankExecutor::forward() {
+  run_pass("forward", plan_.forward, forward_kernels_);
+}
+void GpuRankExecutor::backward() {
+  run_pass("backward", plan_.backward, backward_kernels_);
+}
 
 void GpuRankExecutor::update() {
   // Only `nan = error` needs the amaxes on the host before the update.
@@ -304,7 +310,9 @@ void GpuRankExecutor::run_gemms_only() {
   run_pass("backward", plan_.backward, backward_kernels_, true);
 }
 
-void GpuRankExecutor::synchronize() { r_.comm.synchronize(r_.stream); }
+void GpuRankExecutor::synchronize() {
+  r_.comm.synchronize(r_.stream);
+}
 
 void GpuRankExecutor::check_nan() const {
   if (layer_.recipe.nan != NanPolicy::error) return;
@@ -328,8 +336,8 @@ void GpuRankExecutor::run_pass(const char* pass, const std::vector<Step>& steps,
     const Step& s = steps[i];
     if (gemms_only && s.kind != StepKind::gemm) continue;
     if (profiler_) {
-      std::string label = layer_.name + " " + pass + " " + std::to_string(i) + " " +
-                          std::string(to_string(s.kind));
+      std::string label =
+          layer_.name + " " + pass + " " + std::to_string(i) + " " + std::string(to_string(s.kind));
       if (s.kind == StepKind::gemm) label += " " + std::string(to_string(s.role));
       if (!s.inputs.empty()) label += " " + plan_.tensor(s.inputs[0]).name;
       profiler_->begin(label, s.kind, r_.stream);
@@ -350,8 +358,7 @@ void GpuRankExecutor::execute(const Step& s, const StepKernels& k) {
       return;
     case StepKind::transpose: {
       const Tensor& in = plan_.tensor(s.inputs[0]);
-      r_.kernels.transpose().launch(at(in.id), at(s.outputs[0]),
-                                    static_cast<int>(in.dims[0].local),
+      r_.kernels.transpose().launch(at(in.id), at(s.outputs[0]), static_cast<int>(in.dims[0].local),
                                     static_cast<int>(in.dims[1].local), r_.stream);
       return;
     }
@@ -489,9 +496,11 @@ void GpuRankExecutor::dequantized_gemm(const Step& s, GemmArgs g) {
   }
   std::string why;
   if (!r_.gemm.supports(g, &why))
-    throw ExecutorError("gpu executor: layer '" + layer_.name + "': " +
-                        std::string(to_string(s.role)) + " GEMM on dequantized operands is not "
-                        "supported by " + std::string(r_.gemm.name()) + ": " + why);
+    throw ExecutorError("gpu executor: layer '" + layer_.name +
+                        "': " + std::string(to_string(s.role)) +
+                        " GEMM on dequantized operands is not "
+                        "supported by " +
+                        std::string(r_.gemm.name()) + ": " + why);
   run_gemm(s, g);
 }
 
@@ -682,8 +691,8 @@ std::string describe(const GemmArgs& g) {
            std::to_string(o.k) + (o.k_outer ? ", K outer" : "") + ", ld " + std::to_string(o.ld) +
            ", " + std::string(to_string(o.scaling)) + "]";
   };
-  return "A " + op(g.a) + ", B " + op(g.b) + ", D " + std::string(to_string(g.d_type)) +
-         " ld " + std::to_string(g.ldd) + (g.bias ? ", bias" : "") +
+  return "A " + op(g.a) + ", B " + op(g.b) + ", D " + std::string(to_string(g.d_type)) + " ld " +
+         std::to_string(g.ldd) + (g.bias ? ", bias" : "") +
          (g.activation != Activation::none ? ", activation" : "") + (g.aux ? ", aux" : "") +
          (g.accumulate ? ", accumulate" : "") + (g.d_amax ? ", amax" : "");
 }
@@ -694,9 +703,9 @@ void GpuRankExecutor::run_gemm(const Step& s, const GemmArgs& g) {
   try {
     r_.gemm.run(g, r_.stream);
   } catch (const std::exception& e) {
-    throw ExecutorError("gpu executor: layer '" + layer_.name + "': " +
-                        std::string(to_string(s.role)) + " GEMM (" + describe(g) + "): " +
-                        e.what());
+    throw ExecutorError("gpu executor: layer '" + layer_.name +
+                        "': " + std::string(to_string(s.role)) + " GEMM (" + describe(g) +
+                        "): " + e.what());
   }
 }
 
@@ -771,16 +780,16 @@ void GpuRankExecutor::gemm(const Step& s) {
   // A segmented operand ([ranks][rows][k / ranks], gathered along K) is
   // read one rank segment at a time, accumulating into D.
   const Tensor* seg = ta.segmented ? &ta : tb.segmented ? &tb : nullptr;
-  const bool seg_on_k =
-      seg && seg->dims[static_cast<std::size_t>(*seg->segmented)].name == k_name && !a.k_outer &&
-      !b.k_outer;
+  const bool seg_on_k = seg &&
+                        seg->dims[static_cast<std::size_t>(*seg->segmented)].name == k_name &&
+                        !a.k_outer && !b.k_outer;
   if (!seg_on_k) {
     g.a = a;
     g.b = b;
     std::string why;
     if (!r_.gemm.supports(g, &why))
-      throw ExecutorError("gpu executor: layer '" + layer_.name + "': " +
-                          std::string(to_string(s.role)) + " GEMM of " + ta.name + " and " +
+      throw ExecutorError("gpu executor: layer '" + layer_.name +
+                          "': " + std::string(to_string(s.role)) + " GEMM of " + ta.name + " and " +
                           tb.name + " is not supported by " + std::string(r_.gemm.name()) + ": " +
                           why);
     run_gemm(s, g);

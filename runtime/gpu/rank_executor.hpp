@@ -120,7 +120,7 @@ class GpuRankExecutor {
   DeviceLayerState& state_;
   std::vector<StepKernels> forward_kernels_, backward_kernels_, update_kernels_;
   DeviceBuffer arena_;
-  DeviceBuffer scratch_;  // dbias tile partials
+  DeviceBuffer scratch_;          // dbias tile partials
   DeviceBuffer operand_scratch_;  // dequantized GEMM operands (fallback GEMMs)
   DeviceBuffer staging_;          // dz before a block quantize that fuses no dact
   std::vector<bool> gathered_inner_;

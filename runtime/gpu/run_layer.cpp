@@ -14,9 +14,8 @@
 
 namespace fp8c::runtime {
 
-std::vector<cpu::RankStepResult> run_rank_on_gpu(const KernelSet& kernels,
-                                                 DeviceCommunicator& comm, const Layer& layer,
-                                                 const LayerPlan& plan,
+std::vector<cpu::RankStepResult> run_rank_on_gpu(const KernelSet& kernels, DeviceCommunicator& comm,
+                                                 const Layer& layer, const LayerPlan& plan,
                                                  const std::vector<cpu::LayerData>& steps,
                                                  const GpuRunOptions& options,
                                                  const cpu::LayerState& initial) {

@@ -38,9 +38,8 @@ class DeviceCommunicator;
 // One rank's steps with a communicator the caller owns (NCCL, one process
 // per GPU; or one of a LocalDeviceGroup's). The device's context must be
 // current. Returns this rank's results, one per step.
-std::vector<cpu::RankStepResult> run_rank_on_gpu(const KernelSet& kernels,
-                                                 DeviceCommunicator& comm, const Layer& layer,
-                                                 const LayerPlan& plan,
+std::vector<cpu::RankStepResult> run_rank_on_gpu(const KernelSet& kernels, DeviceCommunicator& comm,
+                                                 const Layer& layer, const LayerPlan& plan,
                                                  const std::vector<cpu::LayerData>& steps,
                                                  const GpuRunOptions& options = {},
                                                  const cpu::LayerState& initial = {});

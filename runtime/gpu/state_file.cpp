@@ -20,8 +20,8 @@ std::string hex_float(float v) {
 }
 
 [[noreturn]] void fail(const std::string& what, int line, const std::string& problem) {
-  throw std::runtime_error(what + ":" + std::to_string(line) + ": not an fp8c state file: " +
-                           problem);
+  throw std::runtime_error(what + ":" + std::to_string(line) +
+                           ": not an fp8c state file: " + problem);
 }
 
 float parse_float(const std::string& token, const std::string& what, int line) {
@@ -52,14 +52,16 @@ std::string format_state_file(const LayerStates& states) {
 
 LayerStates parse_state_file(const std::string& text, const std::string& what) {
   const auto at = text.rfind("checksum ");
-  if (text.rfind(kMagic, 0) != 0) fail(what, 1, "the first line is not '" + std::string(kMagic) + "'");
+  if (text.rfind(kMagic, 0) != 0)
+    fail(what, 1, "the first line is not '" + std::string(kMagic) + "'");
   if (at == std::string::npos || (at > 0 && text[at - 1] != '\n'))
     fail(what, 0, "no checksum line (truncated?)");
   const std::string body = text.substr(0, at);
   std::string stored = text.substr(at + 9);
   while (!stored.empty() && (stored.back() == '\n' || stored.back() == '\r')) stored.pop_back();
   if (stored != to_hex(sha256(body)))
-    throw std::runtime_error(what + ": the state file's checksum does not match its contents "
+    throw std::runtime_error(what +
+                             ": the state file's checksum does not match its contents "
                              "(corrupt or edited)");
   LayerStates states;
   std::istringstream in(body);
@@ -88,7 +90,8 @@ LayerStates parse_state_file(const std::string& text, const std::string& what) {
       d.scale = parse_float(scale, what, number);
       if (!(d.scale > 0.0f) || std::isinf(d.scale))
         fail(what, number, "scale " + scale + " of '" + key + "' is not a positive finite number");
-      if (count > (1u << 24)) fail(what, number, "history of " + std::to_string(count) + " entries");
+      if (count > (1u << 24))
+        fail(what, number, "history of " + std::to_string(count) + " entries");
       for (std::size_t i = 0; i < count; ++i) {
         std::string v;
         if (!(words >> v)) fail(what, number, "history of '" + key + "' is short");

@@ -11,7 +11,9 @@ void StepProfiler::begin(const std::string& label, StepKind kind, CUstream strea
   m.start->record(stream);
 }
 
-void StepProfiler::end(CUstream stream) { marks_[used_++].stop->record(stream); }
+void StepProfiler::end(CUstream stream) {
+  marks_[used_++].stop->record(stream);
+}
 
 std::vector<StepTiming> StepProfiler::timings() const {
   std::vector<StepTiming> out;

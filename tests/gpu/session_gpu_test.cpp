@@ -18,6 +18,12 @@
 namespace fp8c {
 namespace {
 
+SessionOptions options_for(std::uint64_t tokens) {
+  SessionOptions o;
+  o.tokens = tokens;
+  return o;
+}
+
 namespace fs = std::filesystem;
 
 std::string write_spec(const std::string& name, const std::string& text) {
@@ -66,7 +72,7 @@ void run_step(Session& s, const cpu::LayerData& d, Outputs& o, std::int64_t toke
 
 TEST(Session, ForwardBackwardMatchTheCpuReference) {
   REQUIRE_GPU();
-  Session s(write_spec("match", kDelayedLayer), {.tokens = 128});
+  Session s(write_spec("match", kDelayedLayer), options_for(128));
   const Layer& l = s.spec().layers[0];
   Outputs o(128, l.in, l.out);
   std::vector<cpu::LayerData> data;
@@ -91,13 +97,13 @@ TEST(Session, ForwardBackwardMatchTheCpuReference) {
 TEST(Session, StateRoundTripsThroughAFile) {
   REQUIRE_GPU();
   const std::string spec = write_spec("roundtrip", kDelayedLayer);
-  Session a(spec, {.tokens = 128});
+  Session a(spec, options_for(128));
   const Layer& l = a.spec().layers[0];
   Outputs o(128, l.in, l.out);
   run_step(a, cpu::random_layer_data(l, 128, 3), o, 128);
   const std::string file = (fs::temp_directory_path() / "fp8c_session_state.txt").string();
   a.save_state(file);
-  Session b(spec, {.tokens = 128});
+  Session b(spec, options_for(128));
   b.load_state(file);
   const std::string again = file + ".2";
   b.save_state(again);
@@ -118,7 +124,7 @@ TEST(Session, StateRoundTripsThroughAFile) {
 
 TEST(Session, ANanStepUnderNanErrorLeavesTheStateAsItWas) {
   REQUIRE_GPU();
-  Session s(write_spec("nan", kDelayedLayer), {.tokens = 128});
+  Session s(write_spec("nan", kDelayedLayer), options_for(128));
   const Layer& l = s.spec().layers[0];
   Outputs o(128, l.in, l.out);
   run_step(s, cpu::random_layer_data(l, 128, 5), o, 128);
@@ -143,7 +149,7 @@ TEST(Session, ANanStepUnderNanErrorLeavesTheStateAsItWas) {
 
 TEST(Session, BadArgumentsNameTheProblem) {
   REQUIRE_GPU();
-  Session s(write_spec("bad", kDelayedLayer), {.tokens = 128});
+  Session s(write_spec("bad", kDelayedLayer), options_for(128));
   Outputs o(128, 256, 512);
   TensorRef wrong = o.ry;
   wrong.rows = 64;
@@ -151,8 +157,9 @@ TEST(Session, BadArgumentsNameTheProblem) {
     s.forward("l", {wrong, wrong, wrong}, o.ry);
     ADD_FAILURE();
   } catch (const SessionError& e) {
-    EXPECT_NE(std::string(e.what()).find("input x is bf16 [64, 512], the plan needs bf16 [128, 256]"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("input x is bf16 [64, 512], the plan needs bf16 [128, 256]"),
+        std::string::npos)
         << e.what();
   }
   EXPECT_THROW(s.forward("nope", {o.ry, o.ry, o.ry}, o.ry), SessionError);

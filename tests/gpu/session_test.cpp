@@ -14,6 +14,12 @@
 namespace fp8c::runtime {
 namespace {
 
+SessionOptions options_for(std::uint64_t tokens) {
+  SessionOptions o;
+  o.tokens = tokens;
+  return o;
+}
+
 LayerStates sample() {
   LayerStates s;
   s["fc1"].delayed["x"] = {448.0f / 3.0f, {1.5f, 0.0f, -0.0f, 1e-30f}};
@@ -59,11 +65,12 @@ TEST(StateFile, ANegativeScaleIsRefusedEvenWithAGoodChecksum) {
 
 TEST(Session, WithoutADriverTheErrorNamesLibcuda) {
   std::string reason;
-  if (driver_available(&reason)) GTEST_SKIP() << "a GPU is here: this checks the machine without one";
+  if (driver_available(&reason))
+    GTEST_SKIP() << "a GPU is here: this checks the machine without one";
   const auto spec = std::filesystem::temp_directory_path() / "fp8c_session_nodriver.fp8";
   std::ofstream(spec) << "layer l = linear { in = 128  out = 128  recipe = current }\n";
   try {
-    Session s(spec.string(), {.tokens = 128});
+    Session s(spec.string(), options_for(128));
     ADD_FAILURE() << "a session started without a driver";
   } catch (const Unavailable& e) {
     EXPECT_NE(std::string(e.what()).find("libcuda"), std::string::npos) << e.what();
@@ -77,8 +84,7 @@ TEST(Session, ASpecErrorCarriesFileLineAndColumn) {
     Session s(spec.string());
     ADD_FAILURE();
   } catch (const SpecError& e) {
-    EXPECT_NE(std::string(e.what()).find("fp8c_session_bad.fp8:1:"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("fp8c_session_bad.fp8:1:"), std::string::npos) << e.what();
   }
 }
 

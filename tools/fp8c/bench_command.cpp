@@ -44,9 +44,12 @@ int run_bench(const Args& args) {
       if (i + 1 >= args.size() || !parse_count(args[i + 1], n, a == "--device"))
         return usage_error("bench", a + " needs a positive integer");
       ++i;
-      if (a == "--tokens") options.tokens = n;
-      else if (a == "--iters") options.iterations = static_cast<int>(std::min<std::uint64_t>(n, 100000));
-      else device = n;
+      if (a == "--tokens")
+        options.tokens = n;
+      else if (a == "--iters")
+        options.iterations = static_cast<int>(std::min<std::uint64_t>(n, 100000));
+      else
+        device = n;
     } else if (a.size() > 1 && a[0] == '-') {
       return usage_error("bench", "unknown option '" + a + "'");
     } else if (file.empty()) {

@@ -9,9 +9,9 @@
 #include "codegen/planner.hpp"
 #include "collectives/gloo_communicator.hpp"
 #include "fp8c/dsl.hpp"
-#include "runtime/cpu/verify.hpp"
 #include "runtime/comm/nccl_bootstrap.hpp"
 #include "runtime/comm/nccl_communicator.hpp"
+#include "runtime/cpu/verify.hpp"
 #include "runtime/cubin_cache.hpp"
 #include "runtime/dynamic_library.hpp"
 #include "runtime/gpu/gpu_verify.hpp"
@@ -145,12 +145,14 @@ int run_verify(const Args& args) {
       const runtime::NcclBootstrap boot =
           launched ? runtime::nccl_bootstrap_from_process() : runtime::single_rank_bootstrap();
       runtime::Device device(boot.local_rank);
-      runtime::Jit jit(device.arch(), runtime::CubinCache(runtime::CubinCache::default_directory()));
+      runtime::Jit jit(device.arch(),
+                       runtime::CubinCache(runtime::CubinCache::default_directory()));
       auto comm = runtime::make_nccl_communicator(boot, boot.local_rank, options.executor.timeout);
       report = runtime::verify_rank_on_gpu(spec, options, device, jit, *comm);
     } else if (on_gpu) {
       runtime::Device device(0);
-      runtime::Jit jit(device.arch(), runtime::CubinCache(runtime::CubinCache::default_directory()));
+      runtime::Jit jit(device.arch(),
+                       runtime::CubinCache(runtime::CubinCache::default_directory()));
       report = runtime::verify_spec_on_gpu(spec, options, device, jit);
     } else {
       report = cpu::verify_spec(spec, options);
