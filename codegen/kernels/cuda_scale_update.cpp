@@ -33,10 +33,14 @@ std::string hex_bits(float x) {
 }  // namespace
 
 std::string ScaleUpdateKernel::name() const {
-  std::string n = "scale_update_" + std::to_string(formats.size()) + "_h" +
-                  std::to_string(history_length) + "_m" +
-                  (margin < 0 ? "n" + std::to_string(-margin) : std::to_string(margin)) +
-                  (rule == AmaxAlgo::max ? "_max_" : "_recent_");
+  // Appended piece by piece: GCC 12 warns (-Wrestrict, falsely) on
+  // "literal" + std::string temporaries here.
+  std::string n = "scale_update_";
+  (n += std::to_string(formats.size())) += "_h";
+  (n += std::to_string(history_length)) += "_m";
+  if (margin < 0) n += "n";
+  n += std::to_string(margin < 0 ? -margin : margin);
+  n += rule == AmaxAlgo::max ? "_max_" : "_recent_";
   for (Fp8Format f : formats) n += f == Fp8Format::e4m3 ? '4' : '5';
   if (scale_stride != 1) (n += "_s") += std::to_string(scale_stride);
   return n;
