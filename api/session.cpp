@@ -74,6 +74,7 @@ struct Session::Impl {
   std::unique_ptr<runtime::DeviceCommunicator> comm;
   std::unique_ptr<runtime::GemmRunner> gemm;
   runtime::Stream stream;
+  runtime::Stream comm_stream;  // collectives, where a layout asks for overlap
   struct LayerRun {
     const Layer* layer = nullptr;
     const LayerPlan* plan = nullptr;
@@ -114,7 +115,9 @@ struct Session::Impl {
       run.plan = &lp;
       run.state = std::make_unique<DeviceLayerState>(*run.layer, lp);
       run.exec = std::make_unique<GpuRankExecutor>(
-          *run.layer, lp, runtime::RankResources{*kernels, *comm, *gemm, stream.get()}, *run.state);
+          *run.layer, lp,
+          runtime::RankResources{*kernels, *comm, *gemm, stream.get(), comm_stream.get()},
+          *run.state);
       layers.emplace(lp.layer, std::move(run));
     }
   }

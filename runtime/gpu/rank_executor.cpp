@@ -332,9 +332,30 @@ void GpuRankExecutor::check_nan() const {
 
 void GpuRankExecutor::run_pass(const char* pass, const std::vector<Step>& steps,
                                const std::vector<StepKernels>& kernels, bool gemms_only) {
+  const CUstream main = r_.stream;
+  const bool split = overlapped();
+  const DriverApi& cu = driver();
+  if (split) {
+    // The pass's collectives start after everything before the pass.
+    if (!fork_) fork_ = std::make_unique<Event>(), join_ = std::make_unique<Event>();
+    fork_->record(main);
+    FP8C_CU(cu.cuStreamWaitEvent(r_.comm_stream, fork_->get(), 0));
+    while (step_events_.size() < steps.size()) step_events_.push_back(std::make_unique<Event>());
+    producer_.assign(plan_.tensors.size(), -1);
+    produced_on_comm_.assign(plan_.tensors.size(), false);
+  }
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const Step& s = steps[i];
     if (gemms_only && s.kind != StepKind::gemm) continue;
+    const bool on_comm = split && is_collective(s.kind);
+    r_.stream = on_comm ? r_.comm_stream : main;
+    if (split)
+      for (int id : s.inputs) {
+        const int from = producer_[static_cast<std::size_t>(id)];
+        if (from >= 0 && produced_on_comm_[static_cast<std::size_t>(id)] != on_comm)
+          FP8C_CU(cu.cuStreamWaitEvent(r_.stream, step_events_[static_cast<std::size_t>(from)]->get(),
+                                       0));
+      }
     if (profiler_) {
       std::string label =
           layer_.name + " " + pass + " " + std::to_string(i) + " " + std::string(to_string(s.kind));
@@ -342,9 +363,28 @@ void GpuRankExecutor::run_pass(const char* pass, const std::vector<Step>& steps,
       if (!s.inputs.empty()) label += " " + plan_.tensor(s.inputs[0]).name;
       profiler_->begin(label, s.kind, r_.stream);
     }
-    execute(s, kernels[i]);
+    try {
+      execute(s, kernels[i]);
+    } catch (...) {
+      r_.stream = main;
+      throw;
+    }
     if (profiler_) profiler_->end(r_.stream);
+    if (split) {
+      step_events_[i]->record(r_.stream);
+      for (int id : s.outputs) {
+        producer_[static_cast<std::size_t>(id)] = static_cast<int>(i);
+        produced_on_comm_[static_cast<std::size_t>(id)] = on_comm;
+      }
+    }
+    r_.stream = main;
     for (int id : s.outputs) written_[static_cast<std::size_t>(id)] = true;
+  }
+  if (split) {
+    // Everything after the pass (the next pass, the caller) sees its
+    // collectives done.
+    join_->record(r_.comm_stream);
+    FP8C_CU(cu.cuStreamWaitEvent(main, join_->get(), 0));
   }
 }
 

@@ -13,6 +13,7 @@
 // update pass changes the state in place and nothing else does.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +38,12 @@ struct RankResources {
   DeviceCommunicator& comm;
   GemmRunner& gemm;
   CUstream stream = nullptr;
+  // Where collectives run when the layout asks for overlap (bulk, ring):
+  // each waits only for the steps that produce its inputs, and each step
+  // that reads a collective's output waits for that collective, so the
+  // all-gather of one input runs beside the cast of another. Null: every
+  // step on `stream`, in plan order.
+  CUstream comm_stream = nullptr;
 };
 
 // The kernels every step of `plan` needs (with those of the GEMM fallbacks:
@@ -92,6 +99,9 @@ class GpuRankExecutor {
   };
   void run_pass(const char* pass, const std::vector<Step>& steps,
                 const std::vector<StepKernels>& kernels, bool gemms_only = false);
+  bool overlapped() const {
+    return r_.comm_stream != nullptr && layer_.layout.overlap != Overlap::none;
+  }
   void execute(const Step& s, const StepKernels& k);
   void quantize(const Step& s, const StepKernels& k);
   void amax(const Step& s, const StepKernels& k);
@@ -129,6 +139,12 @@ class GpuRankExecutor {
   std::vector<bool> state_view_;         // the address is in DeviceLayerState
   std::vector<bool> written_;
   StepProfiler* profiler_ = nullptr;
+  // Overlap: one event per step of a pass, and which step (and stream) last
+  // wrote each tensor in this pass.
+  std::vector<std::unique_ptr<Event>> step_events_;
+  std::unique_ptr<Event> fork_, join_;
+  std::vector<int> producer_;          // step index, -1: before this pass
+  std::vector<bool> produced_on_comm_;
 };
 
 }  // namespace fp8c::runtime

@@ -20,7 +20,7 @@ std::vector<cpu::RankStepResult> run_rank_on_gpu(const KernelSet& kernels, Devic
                                                  const GpuRunOptions& options,
                                                  const cpu::LayerState& initial) {
   const int r = comm.rank();
-  Stream stream;
+  Stream stream, comm_stream;
   std::unique_ptr<GemmRunner> gemm = make_cublaslt_runner();
   DeviceLayerState state(layer, plan);
   state.upload(initial);
@@ -29,7 +29,8 @@ std::vector<cpu::RankStepResult> run_rank_on_gpu(const KernelSet& kernels, Devic
     if (i == 0 && r == options.fail_rank)
       throw ExecutorError("gpu executor: rank " + std::to_string(r) +
                           " failed on purpose (fault injection)");
-    GpuRankExecutor exec(layer, plan, {kernels, comm, *gemm, stream.get()}, state);
+    GpuRankExecutor exec(layer, plan, {kernels, comm, *gemm, stream.get(), comm_stream.get()},
+                         state);
     cpu::TensorStore host(plan);
     const cpu::LayerState before = state.download();
     cpu::fill_external_tensors(layer, host, before, steps[i], r);

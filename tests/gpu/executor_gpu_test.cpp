@@ -92,6 +92,25 @@ INSTANTIATE_TEST_SUITE_P(All, GpuExamples,
                                            "single_gpu_reference", "blockwise_mlp", "mxfp8_proj",
                                            "gpt_mlp", "attention_out_then_mlp"));
 
+// overlap = bulk / ring: collectives on their own stream, ordered by events
+// with the steps that produce and read their tensors; same checks.
+TEST(GpuExecutor, OverlappedCollectivesPassTheSameChecks) {
+  REQUIRE_GPU();
+  for (const char* overlap : {"bulk", "ring"})
+    for (const char* mode : {"column", "row"}) {
+      SCOPED_TRACE(std::string(overlap) + " " + mode);
+      const std::string text =
+          std::string("layer l = linear {\n  in = 512  out = 1024  bias = true  activation = gelu\n"
+                      "  recipe = delayed { history = 4 }\n"
+                      "  layout = { tensor_parallel = 4  sequence_parallel = true  overlap = ") +
+          overlap + " } " + mode + "\n}\n";
+      cpu::VerifyOptions o;
+      o.tokens = 512;
+      o.steps = 2;
+      expect_passes(spec_from(text), o);
+    }
+}
+
 TEST(GpuExecutor, OneFailingRankEndsEveryRankWithAnErrorNotAHang) {
   REQUIRE_GPU();
   const Spec spec = spec_from(layer_text("current", "column", true, 4, 256, 512));
