@@ -1,6 +1,7 @@
 // fp8c::Session: the host API over the GPU executor (runtime/gpu). One rank
-// for now: the spec is planned with tensor_parallel = 1; multi-rank sessions
-// attach an NCCL communicator (runtime/comm) in the same place.
+// (the spec planned with tensor_parallel = 1, a one-rank group for the
+// collectives a plan may still name), or one rank of a launched job over
+// NCCL (runtime/comm).
 #include "fp8c/session.hpp"
 
 #include <fstream>
@@ -9,6 +10,8 @@
 
 #include "codegen/planner.hpp"
 #include "runtime/comm/local_device_group.hpp"
+#include "runtime/comm/nccl_bootstrap.hpp"
+#include "runtime/comm/nccl_communicator.hpp"
 #include "runtime/cubin_cache.hpp"
 #include "runtime/device.hpp"
 #include "runtime/gemm/gemm.hpp"
@@ -65,6 +68,7 @@ TensorRef from_dlpack(const DLTensor& t) {
 
 struct Session::Impl {
   Spec spec;
+  runtime::NcclBootstrap boot;
   Plan plan;
   runtime::Device device;
   runtime::Jit jit;
@@ -86,8 +90,10 @@ struct Session::Impl {
 
   Impl(const std::string& path, const SessionOptions& o)
       : spec(load_spec(path)),
-        plan(plan_for(spec, o)),
-        device(o.device),
+        boot(o.launched ? runtime::nccl_bootstrap_from_process()
+                        : runtime::single_rank_bootstrap()),
+        plan(plan_for(spec, o, boot.world_size)),
+        device(o.launched ? boot.local_rank : o.device),
         jit(device.arch(),
             runtime::CubinCache(o.cache_dir.empty() ? runtime::CubinCache::default_directory()
                                                     : o.cache_dir)) {
@@ -106,8 +112,12 @@ struct Session::Impl {
     for (const auto& c : kernels->compiled())
       reports.push_back(
           {c.name, c.milliseconds, c.cache == runtime::CacheOutcome::hit, c.registers});
-    group = std::make_unique<runtime::LocalDeviceGroup>(1, o.collective_timeout, jit);
-    comm = group->communicator(0);
+    if (o.launched) {
+      comm = runtime::make_nccl_communicator(boot, boot.local_rank, o.collective_timeout);
+    } else {
+      group = std::make_unique<runtime::LocalDeviceGroup>(1, o.collective_timeout, jit);
+      comm = group->communicator(0);
+    }
     gemm = runtime::make_cublaslt_runner();
     for (const auto& lp : plan.layers) {
       LayerRun run;
@@ -122,9 +132,9 @@ struct Session::Impl {
     }
   }
 
-  static Plan plan_for(const Spec& spec, const SessionOptions& o) {
+  static Plan plan_for(const Spec& spec, const SessionOptions& o, int ranks) {
     PlanOptions p;
-    p.ranks = 1;
+    p.ranks = static_cast<std::uint32_t>(ranks);
     p.tokens = o.tokens;
     return plan_spec(spec, p);
   }

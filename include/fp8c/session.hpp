@@ -74,6 +74,11 @@ struct SessionOptions {
   std::string cache_dir;         // kernel cache; empty: FP8C_CACHE_DIR or ~/.cache/fp8c
   unsigned compile_threads = 0;  // 0: one per core
   std::chrono::milliseconds collective_timeout{60'000};
+  // This process is one rank of a job started by a launcher (torchrun-style
+  // RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, or mpirun's):
+  // the spec is planned for WORLD_SIZE ranks, runs on GPU LOCAL_RANK (not
+  // `device`), and its collectives go over NCCL. Otherwise: one rank.
+  bool launched = false;
 };
 
 struct LayerInputs {
@@ -92,14 +97,16 @@ struct KernelReport {
 
 class Session {
  public:
-  // One rank (tensor_parallel is planned as 1 unless `ranks` says more and a
-  // communicator is attached; multi-rank sessions come with NCCL).
+  // One rank (every layer planned with tensor_parallel = 1), or, with
+  // `launched`, this process's rank of a multi-process job over NCCL.
   Session(const std::string& spec_path, const SessionOptions& options = {});
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
   const Spec& spec() const;
+  int rank() const;
+  int ranks() const;
   std::vector<std::string> layers() const;
   const std::vector<KernelReport>& kernels() const;
   // Shape this rank's tensor `key` ("x", "w", "y", "dw", ...) has in `layer`.

@@ -56,13 +56,18 @@ std::vector<LayerBenchResult> bench_layers(const Spec& spec, const Device& devic
                                            const LayerBenchOptions& o) {
   device.make_current();
   PlanOptions po;
-  po.ranks = 1;
+  po.ranks = o.comm ? static_cast<std::uint32_t>(o.comm->size()) : 1u;
   po.tokens = o.tokens;
   const Plan plan = plan_spec(spec, po);
-  LocalDeviceGroup group(1, std::chrono::milliseconds(60'000), jit);
-  auto comm = group.communicator(0);
+  std::unique_ptr<LocalDeviceGroup> group;
+  std::unique_ptr<DeviceCommunicator> own;
+  if (!o.comm) {
+    group = std::make_unique<LocalDeviceGroup>(1, std::chrono::milliseconds(60'000), jit);
+    own = group->communicator(0);
+  }
+  DeviceCommunicator* comm = o.comm ? o.comm : own.get();
   auto gemm = make_cublaslt_runner();
-  Stream stream;
+  Stream stream, comm_stream;
   std::vector<LayerBenchResult> results;
   for (const auto& lp : plan.layers) {
     if (!o.layer.empty() && lp.layer != o.layer) continue;
@@ -73,7 +78,8 @@ std::vector<LayerBenchResult> bench_layers(const Spec& spec, const Device& devic
     const LayerKernels needed = layer_kernels(layer, lp);
     KernelSet kernels(jit, needed.kernels, needed.dbias_outputs);
     DeviceLayerState state(layer, lp);
-    GpuRankExecutor exec(layer, lp, {kernels, *comm, *gemm, stream.get()}, state);
+    GpuRankExecutor exec(layer, lp, {kernels, *comm, *gemm, stream.get(), comm_stream.get()},
+                         state);
     // Two sets of inputs, used in turn.
     std::map<std::string, std::vector<DeviceBuffer>> inputs;
     for (const char* key : {"x", "w", "b", "dy"}) {
@@ -113,6 +119,16 @@ std::vector<LayerBenchResult> bench_layers(const Spec& spec, const Device& devic
       bind(i);
       gemms.push_back(timed([&] { exec.run_gemms_only(); }));
     }
+    // The same steps without their collectives: what communication adds.
+    std::vector<double> compute;
+    if (comm->size() > 1) {
+      exec.set_skip_collectives(true);
+      for (int i = 0; i < o.iterations; ++i) {
+        bind(i);
+        compute.push_back(timed(whole_step));
+      }
+      exec.set_skip_collectives(false);
+    }
     // Per-step breakdown inside whole steps.
     StepProfiler profiler;
     std::map<std::string, std::vector<double>> per_step;
@@ -138,8 +154,10 @@ std::vector<LayerBenchResult> bench_layers(const Spec& spec, const Device& devic
     r.flops = 6.0 * double(o.tokens) * double(layer.in) * double(layer.out);
     for (auto& s : order) {
       s.milliseconds = static_cast<float>(median(per_step[s.label]));
+      if (is_collective(s.kind)) r.comm_ms += s.milliseconds;
       r.breakdown.push_back(s);
     }
+    r.compute_ms = compute.empty() ? r.step_ms : median(compute);
     results.push_back(std::move(r));
   }
   return results;
@@ -157,6 +175,15 @@ std::string format_bench(const std::vector<LayerBenchResult>& results, bool brea
         static_cast<unsigned long long>(r.in), static_cast<unsigned long long>(r.out), r.step_ms,
         r.gemm_ms, r.ratio(), r.flops / (r.step_ms * 1e-3) / 1e12);
     out << line;
+    if (r.comm_ms > 0) {
+      const double exposed = std::max(0.0, r.step_ms - r.compute_ms);
+      std::snprintf(line, sizeof line,
+                    "  without collectives %.3f ms; collectives %.3f ms; exposed %.3f ms; "
+                    "hidden %.0f%%\n",
+                    r.compute_ms, r.comm_ms, exposed,
+                    100.0 * std::max(0.0, 1.0 - exposed / r.comm_ms));
+      out << line;
+    }
     if (!breakdown) continue;
     double total = 0;
     for (const auto& s : r.breakdown) total += s.milliseconds;

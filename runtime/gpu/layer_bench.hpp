@@ -16,11 +16,16 @@
 
 namespace fp8c::runtime {
 
+class DeviceCommunicator;
+
 struct LayerBenchOptions {
   std::uint64_t tokens = 8192;
   int warmup = 5;
   int iterations = 30;
   std::string layer;  // only this one; empty: every layer
+  // Several ranks: this process's rank of `comm`'s group (NCCL, one process
+  // per GPU); the spec is planned for comm->size() ranks. Null: one rank.
+  DeviceCommunicator* comm = nullptr;
 };
 
 struct LayerBenchResult {
@@ -29,6 +34,8 @@ struct LayerBenchResult {
   double step_ms = 0;                 // median of whole steps
   double gemm_ms = 0;                 // median of the GEMMs alone (all of them, one step's worth)
   double flops = 0;                   // GEMM FLOPs of one step
+  double compute_ms = 0;  // median of whole steps with the collectives left out
+  double comm_ms = 0;     // the collectives' share of the per-step breakdown
   std::vector<StepTiming> breakdown;  // per step, medians, inside whole steps
   double ratio() const { return gemm_ms > 0 ? step_ms / gemm_ms : 0; }
 };

@@ -347,6 +347,7 @@ void GpuRankExecutor::run_pass(const char* pass, const std::vector<Step>& steps,
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const Step& s = steps[i];
     if (gemms_only && s.kind != StepKind::gemm) continue;
+    if (skip_collectives_ && is_collective(s.kind)) continue;
     const bool on_comm = split && is_collective(s.kind);
     r_.stream = on_comm ? r_.comm_stream : main;
     if (split)

@@ -72,6 +72,9 @@ class GpuRankExecutor {
   // plan's size. Not the delayed-scaling state.
   void bind(std::string_view key, CUdeviceptr data);
   void set_stream(CUstream stream) { r_.stream = stream; }
+  // Benchmarks only: collectives are not run (their outputs keep whatever
+  // they held), to time the rest of a step without communication.
+  void set_skip_collectives(bool skip) { skip_collectives_ = skip; }
   // Times every step from now on (null: stop).
   void set_profiler(StepProfiler* profiler) { profiler_ = profiler; }
   // Enqueues only the GEMM steps of forward and backward, on the buffers the
@@ -139,6 +142,7 @@ class GpuRankExecutor {
   std::vector<bool> state_view_;         // the address is in DeviceLayerState
   std::vector<bool> written_;
   StepProfiler* profiler_ = nullptr;
+  bool skip_collectives_ = false;
   // Overlap: one event per step of a pass, and which step (and stream) last
   // wrote each tensor in this pass.
   std::vector<std::unique_ptr<Event>> step_events_;
