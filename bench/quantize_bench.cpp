@@ -205,6 +205,9 @@ int main(int argc, char** argv) {
     QuantizeKernel delayed_rows_first = delayed;
     delayed_rows_first.rows_first = true;
     time_case("delayed_cast_transpose_amax_rows_first", {delayed_rows_first}, 4);
+    QuantizeKernel delayed_five = delayed;
+    delayed_five.min_blocks_per_sm = 5;
+    time_case("delayed_cast_transpose_amax_5_blocks_per_sm", {delayed_five}, 4);
     QuantizeKernel with_dbias = delayed;
     with_dbias.format = Fp8Format::e5m2;
     with_dbias.dbias = true;

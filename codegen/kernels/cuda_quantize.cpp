@@ -40,6 +40,7 @@ std::string QuantizeKernel::name() const {
   if (dact != Activation::none) n += "_d" + std::string(to_string(dact));
   if (scale_from_amax) n += pow2_scale ? "_current_pow2" : "_current";
   if (rows_first) n += "_rf";
+  if (min_blocks_per_sm > 0) (n += "_mb") += std::to_string(min_blocks_per_sm);
   return n;
 }
 
@@ -60,7 +61,11 @@ KernelSource emit_cuda(const QuantizeKernel& k) {
     << "#define FP8_MAX " << (k.format == Fp8Format::e4m3 ? "448.0f" : "57344.0f") << "\n"
     << "#define PACK " << pack << "\n"
     << "#define WIDE " << bool_text(wide) << "\n"
-    << "#define ROWS_FIRST " << bool_text(k.rows_first) << "\n";
+    << "#define ROWS_FIRST " << bool_text(k.rows_first) << "\n"
+    << "#define LAUNCH_BOUNDS "
+    << (k.min_blocks_per_sm > 0 ? "__launch_bounds__(256, " + std::to_string(k.min_blocks_per_sm) + ")"
+                                : std::string("__launch_bounds__(256)"))
+    << "\n";
   s << R"(
 // Eight consecutive elements of a row, as loaded (c % 8 == 0), and as floats.
 #if WIDE
@@ -98,7 +103,7 @@ __device__ __forceinline__ void store_streaming(u8* p, u32 v) {
   asm volatile("st.global.cs.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
 }
 
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void LAUNCH_BOUNDS
 )" << k.name()
     << R"((const in_t* __restrict__ x, const in_t* __restrict__ pre, const float* __restrict__ scale_in,
      const u32* __restrict__ amax_in, u8* __restrict__ row_out, u8* __restrict__ col_out,

@@ -34,6 +34,15 @@ inline std::vector<QuantizeKernel> quantize_variants() {
     k.dact = act;
     all.push_back(k);
   }
+  // The five-blocks-per-SM experiment: must stay bit-exact and spill-free.
+  for (bool dbias : {false, true}) {
+    QuantizeKernel k;
+    k.columnwise = true;
+    k.amax = true;
+    k.dbias = dbias;
+    k.min_blocks_per_sm = 5;
+    all.push_back(k);
+  }
   return all;
 }
 
