@@ -12,7 +12,7 @@
 #include <memory>
 #include <random>
 
-#include "codegen/numerics/half.hpp"
+#include "block_quantize_input.hpp"
 #include "kernel_variants.hpp"
 #include "runtime/block_quantize_launcher.hpp"
 #include "runtime/reference/block_quantize_reference.hpp"
@@ -28,50 +28,12 @@ namespace {
 
 using testing::gpu;
 
-// Raw element bits: mostly normal values of varied magnitude per row (so
-// block scales differ), some zeros, subnormals, huge values; with `specials`
-// also NaN and Inf.
-std::vector<unsigned char> random_input(ElemType type, std::size_t rows, std::size_t cols,
-                                        bool specials, std::mt19937& rng) {
-  const std::size_t width = type == ElemType::fp32 ? 4 : 2;
-  std::vector<unsigned char> bytes(rows * cols * width);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int> pick(0, 999);
-  std::uniform_real_distribution<float> exponent(-20.0f, 20.0f);
-  for (std::size_t r = 0; r < rows; ++r) {
-    const float row_scale = std::exp2(exponent(rng));
-    for (std::size_t c = 0; c < cols; ++c) {
-      float v = normal(rng) * row_scale;
-      const int p = pick(rng);
-      if (p < 10)
-        v = 0.0f;
-      else if (p < 15)
-        v *= 1e-30f;
-      else if (p < 18)
-        v = 3e4f;
-      else if (specials && p < 20)
-        v = std::numeric_limits<float>::quiet_NaN();
-      else if (specials && p < 22)
-        v = (p & 1 ? -1 : 1) * std::numeric_limits<float>::infinity();
-      const std::size_t i = r * cols + c;
-      if (width == 4) {
-        std::memcpy(&bytes[i * 4], &v, 4);
-      } else {
-        const std::uint16_t h =
-            type == ElemType::bf16 ? numerics::float_to_bf16(v) : numerics::float_to_fp16(v);
-        std::memcpy(&bytes[i * 2], &h, 2);
-      }
-    }
-  }
-  return bytes;
-}
-
 void run_case(const BlockQuantizeKernel& k, int rows, int cols, bool specials, std::uint32_t seed) {
   SCOPED_TRACE(k.name() + " " + std::to_string(rows) + "x" + std::to_string(cols) +
                (specials ? " with NaN/Inf" : ""));
   testing::Gpu& g = gpu();
   std::mt19937 rng(seed);
-  const auto x = random_input(k.input, static_cast<std::size_t>(rows),
+  const auto x = testing::random_block_quantize_input(k.input, static_cast<std::size_t>(rows),
                               static_cast<std::size_t>(cols), specials, rng);
   const BlockQuantizeResult want = reference_block_quantize(k, x.data(), rows, cols);
   const std::size_t n = static_cast<std::size_t>(rows) * cols;
