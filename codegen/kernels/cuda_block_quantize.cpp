@@ -82,7 +82,8 @@ KernelSource emit_cuda(const BlockQuantizeKernel& k) {
     << "#define FP8_MAX " << (k.format == Fp8Format::e4m3 ? "448.0f" : "57344.0f") << "\n"
     << "#define ELEMENT_EMAX " << (k.format == Fp8Format::e4m3 ? 8 : 15) << "\n"
     << "#define PACK " << cuda_pack_function(k.format) << "\n"
-    << "#define WIDE " << bool_text(k.input == ElemType::fp32) << "\n";
+    << "#define WIDE " << bool_text(k.input == ElemType::fp32) << "\n"
+    << "#define MIN_BLOCKS " << (k.input == ElemType::fp32 ? 2 : 4) << "\n";
   s << R"(
 // numerics::blockwise_scale: fp8_max / amax; 1 for a zero, Inf or NaN amax;
 // FLT_MAX for an infinite quotient; optionally rounded down to 2^k.
@@ -175,16 +176,60 @@ __device__ __forceinline__ void decode(const raw8& w, float v[8]) {
 }
 #endif
 
-// An empty asm that "changes" the loaded words: the compiler must decode
-// them again after it rather than keep every decoded float alive from the
-// amax pass to the stores (twice the registers for 16-bit inputs).
-__device__ __forceinline__ void refresh(raw8& w) {
+// Magnitudes for the amaxes, straight from the loaded words: the amax pass
+// never decodes, so the compiler has no decoded floats to keep alive until
+// the conversions. A max of |x| as bits is the max of |x| (every NaN sorts
+// above Inf), also on 16-bit halves, which max2 compares two at a time.
 #if WIDE
-  (void)w;
-#else
-  asm volatile("" : "+r"(w.x), "+r"(w.y), "+r"(w.z), "+r"(w.w));
-#endif
+#define MAG_WORDS 8  // one element per word
+__device__ __forceinline__ void magnitudes(const raw8& r, u32 m[8]) {
+  m[0] = abs_bits(r.a.x); m[1] = abs_bits(r.a.y); m[2] = abs_bits(r.a.z); m[3] = abs_bits(r.a.w);
+  m[4] = abs_bits(r.b.x); m[5] = abs_bits(r.b.y); m[6] = abs_bits(r.b.z); m[7] = abs_bits(r.b.w);
 }
+__device__ __forceinline__ u32 max2(u32 a, u32 b) { return max(a, b); }
+// A magnitude word's elements as |x| float bits (e[0 .. 1 or 2)).
+__device__ __forceinline__ void widen(u32 m, u32 e[]) { e[0] = m; }
+#else
+#define MAG_WORDS 4  // two elements per word
+__device__ __forceinline__ void magnitudes(const raw8& r, u32 m[4]) {
+  m[0] = r.x & 0x7FFF7FFFu; m[1] = r.y & 0x7FFF7FFFu; m[2] = r.z & 0x7FFF7FFFu; m[3] = r.w & 0x7FFF7FFFu;
+}
+__device__ __forceinline__ u32 max2(u32 a, u32 b) { return __vmaxu2(a, b); }
+__device__ __forceinline__ void widen(u32 m, u32 e[]) {
+  float lo, hi;
+  unpack2(m, in_t(), lo, hi);
+  e[0] = abs_bits(lo);
+  e[1] = abs_bits(hi);
+}
+#endif
+#define PER_WORD (8 / MAG_WORDS)
+
+// The columnwise pass decodes the words again, written unlike decode() (a
+// byte permute, not a shift) so that the compiler recomputes the floats
+// instead of keeping 64 of them alive across the barriers since the rowwise
+// pass (fp16: the halves swapped, then converted).
+__device__ __forceinline__ u32 permute(u32 w, u32 selector) {
+  u32 r;
+  asm("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(w), "r"(selector));
+  return r;
+}
+#if WIDE
+__device__ __forceinline__ void decode_again(const raw8& r, float v[8]) { decode(r, v); }
+#else
+__device__ __forceinline__ void unpack_again(u32 w, bf16_t, float& lo, float& hi) {
+  lo = __uint_as_float(permute(w, 0x1044u));
+  hi = __uint_as_float(permute(w, 0x3244u));
+}
+__device__ __forceinline__ void unpack_again(u32 w, fp16_t, float& lo, float& hi) {
+  unpack2(permute(w, 0x1032u), fp16_t(), hi, lo);
+}
+__device__ __forceinline__ void decode_again(const raw8& w, float v[8]) {
+  unpack_again(w.x, in_t(), v[0], v[1]);
+  unpack_again(w.y, in_t(), v[2], v[3]);
+  unpack_again(w.z, in_t(), v[4], v[5]);
+  unpack_again(w.w, in_t(), v[6], v[7]);
+}
+#endif
 
 // Outputs are written once and not read again by this kernel: streaming
 // stores (evict-first) keep them from pushing the inputs out of L2.
@@ -206,17 +251,19 @@ __device__ __forceinline__ uint2 pack8(const float v[8], float m) {
 // Exchange half of the n + n values a lane holds with the lane `bit` away and
 // keep the maxima: the lane with the bit set keeps a[n .. 2n), the other
 // a[0 .. n), both now in a[0 .. n). One shuffle per kept value.
-template <int n>
+// With `packed`, the values are magnitude words (max2).
+template <int n, bool packed = false>
 __device__ __forceinline__ void fold(u32 a[], int lane, int bit) {
   const bool upper = lane & bit;
 #pragma unroll
   for (int k = 0; k < n; ++k) {
     const u32 keep = upper ? a[k + n] : a[k], give = upper ? a[k] : a[k + n];
-    a[k] = max(keep, __shfl_xor_sync(0xFFFFFFFFu, give, bit));
+    const u32 other = __shfl_xor_sync(0xFFFFFFFFu, give, bit);
+    a[k] = packed ? max2(keep, other) : max(keep, other);
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS)
 )" << k.name()
     << R"((const in_t* __restrict__ x, u8* __restrict__ row_out, void* __restrict__ row_scales,
      u8* __restrict__ col_out, void* __restrict__ col_scales, int rows, int cols) {
@@ -254,13 +301,21 @@ extern "C" __global__ void __launch_bounds__(256)
   // computes it.
   float row_m = 0.0f, col_m = 0.0f;
   {
-    u32 m = 0u;
+    u32 mag[MAG_WORDS] = {};
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      float v[8];
-      decode(raw[k], v);
+      u32 w[MAG_WORDS];
+      magnitudes(raw[k], w);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) m = max(m, abs_bits(v[j]));
+      for (int j = 0; j < MAG_WORDS; ++j) mag[j] = max2(mag[j], w[j]);
+    }
+    u32 m = 0u;
+#pragma unroll
+    for (int j = 0; j < MAG_WORDS; ++j) {
+      u32 e[PER_WORD];
+      widen(mag[j], e);
+#pragma unroll
+      for (int h = 0; h < PER_WORD; ++h) m = max(m, e[h]);
     }
     for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
     if (lane == 0) warp_amax[warp] = m;
@@ -279,26 +334,31 @@ extern "C" __global__ void __launch_bounds__(256)
   u32 a[8];  // a[4p + i]: amax of row 64p + 4q + i over this lane's 8 columns
 #pragma unroll
   for (int p = 0; p < 2; ++p) {
-    u32 col[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
+    u32 col[MAG_WORDS] = {};  // this lane's 4 rows of the pass
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      float v[8];
-      decode(raw[4 * p + i], v);
+      u32 w[MAG_WORDS];
+      magnitudes(raw[4 * p + i], w);
       u32 m = 0u;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        m = max(m, abs_bits(v[j]));
-        col[j] = max(col[j], abs_bits(v[j]));
+      for (int j = 0; j < MAG_WORDS; ++j) {
+        m = max2(m, w[j]);
+        col[j] = max2(col[j], w[j]);
       }
-      a[4 * p + i] = m;
+      u32 e[PER_WORD];
+      widen(m, e);
+      a[4 * p + i] = PER_WORD == 1 ? e[0] : max(e[0], e[PER_WORD - 1]);
     }
 #if COLUMNWISE
     // Partial column amaxes: lanes t and t ^ 16 together hold 8 rows of the
     // pass (64p + 8 * warp ..) of columns 8g .. 8g + 7; after the fold this
-    // lane has 4 of those columns, stored as one 16-byte word.
-    fold<4>(col, lane, 16);
+    // lane has 4 of those columns (4h .. 4h + 3), stored as one 16-byte word.
+    fold<MAG_WORDS / 2, true>(col, lane, 16);
+    u32 e[4];
+#pragma unroll
+    for (int j = 0; j < MAG_WORDS / 2; ++j) widen(col[j], &e[j * PER_WORD]);
     *reinterpret_cast<uint4*>(&staged[(8 * p + warp) * 128 + 8 * g + 4 * (lane >> 4)]) =
-        make_uint4(col[0], col[1], col[2], col[3]);
+        make_uint4(e[0], e[1], e[2], e[3]);
 #endif
   }
 #if ROWWISE
@@ -339,31 +399,45 @@ extern "C" __global__ void __launch_bounds__(256)
 #endif  // SQUARE
 
 #if ROWWISE
-#pragma unroll
-  for (int k = 0; k < 8; ++k) refresh(raw[k]);
-#pragma unroll
-  for (int k = 0; k < 8; ++k) {
+  // Row k's FP8 bytes. Whole tiles store them from a loop of their own: with
+  // the check inside one loop, the compiler computes all 8 rows before the
+  // first store and needs 40 more registers.
+  const auto row_bytes = [&](int k) {
     const int row = 64 * (k >> 2) + 4 * q + (k & 3);
 #if SQUARE
     const float m = row_m;
-#elif MX
-    const float m = row_mult[(g >> 2) * 132 + row];
 #else
-    const float m = row_mult[row];
+    // Rows 4q .. 4q + 3 of a pass: one 16-byte shared load.
+#if MX
+    const float4 m4 = *reinterpret_cast<const float4*>(&row_mult[(g >> 2) * 132 + (row & ~3)]);
+#else
+    const float4 m4 = *reinterpret_cast<const float4*>(&row_mult[row & ~3]);
+#endif
+    const float m = (k & 3) == 0 ? m4.x : (k & 3) == 1 ? m4.y : (k & 3) == 2 ? m4.z : m4.w;
 #endif
     float v[8];
     decode(raw[k], v);
-    const uint2 packed = pack8(v, m);
-    u8* out = row_out + (long long)(r0 + row) * cols + c0 + 8 * g;
-    if (fast) {
-      store_streaming(out, packed);
-    } else if (row < nr && 8 * g < nc) {
-      if (wide_row) {
-        *reinterpret_cast<uint2*>(out) = packed;
-      } else {
+    return pack8(v, m);
+  };
+  u8* const row_base = row_out + (long long)(r0 + 4 * q) * cols + c0 + 8 * g;
+  if (fast) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
-          if (8 * g + j < nc) out[j] = u8((j < 4 ? packed.x : packed.y) >> (8 * (j & 3)));
+    for (int k = 0; k < 8; ++k)
+      store_streaming(row_base + (long long)(64 * (k >> 2) + (k & 3)) * cols, row_bytes(k));
+  } else {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int row = 64 * (k >> 2) + 4 * q + (k & 3);
+      const uint2 packed = row_bytes(k);
+      u8* out = row_base + (long long)(64 * (k >> 2) + (k & 3)) * cols;
+      if (row < nr && 8 * g < nc) {
+        if (wide_row) {
+          *reinterpret_cast<uint2*>(out) = packed;
+        } else {
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+            if (8 * g + j < nc) out[j] = u8((j < 4 ? packed.x : packed.y) >> (8 * (j & 3)));
+        }
       }
     }
   }
@@ -404,8 +478,6 @@ extern "C" __global__ void __launch_bounds__(256)
   __syncthreads();  // the multipliers are in; the partial maxima are dead
 #endif
 #pragma unroll
-  for (int k = 0; k < 8; ++k) refresh(raw[k]);
-#pragma unroll
   for (int p = 0; p < 2; ++p) {
     float m[8];
 #if SQUARE
@@ -423,7 +495,7 @@ extern "C" __global__ void __launch_bounds__(256)
 #endif
     float v[4][8];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) decode(raw[4 * p + i], v[i]);
+    for (int i = 0; i < 4; ++i) decode_again(raw[4 * p + i], v[i]);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       // The word's slot is XORed with the column's 32-column group, so a

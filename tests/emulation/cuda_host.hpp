@@ -66,6 +66,23 @@ inline float __int_as_float(int i) {
 inline int __clz(unsigned x) {
   return x == 0 ? 32 : __builtin_clz(x);
 }
+inline unsigned __vmaxu2(unsigned a, unsigned b) {
+  const unsigned lo = std::max(a & 0xFFFFu, b & 0xFFFFu), hi = std::max(a >> 16, b >> 16);
+  return lo | (hi << 16);
+}
+// prmt.b32 d, a, b, c (default mode): byte n of d is byte c[4n + 3 : 4n]
+// of {b, a} (bytes 0-3 from a, 4-7 from b).
+inline unsigned host_prmt(unsigned a, unsigned b, unsigned c) {
+  const std::uint64_t bytes = a | (static_cast<std::uint64_t>(b) << 32);
+  unsigned d = 0;
+  for (int n = 0; n < 4; ++n) {
+    const unsigned selector = (c >> (4 * n)) & 0xFu;
+    unsigned byte = (bytes >> (8 * (selector & 7))) & 0xFFu;
+    if (selector & 8) byte = byte & 0x80u ? 0xFFu : 0u;  // sign replicate
+    d |= byte << (8 * n);
+  }
+  return d;
+}
 inline int min(int a, int b) {
   return a < b ? a : b;
 }

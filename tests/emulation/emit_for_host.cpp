@@ -60,7 +60,7 @@ std::string host_source(std::string s) {
                "host_check_aligned(p, 8); std::memcpy(p, &v, 8);");
   replace_body(s, f + "void store_streaming(u8* p, u32 v) {",
                "host_check_aligned(p, 4); std::memcpy(p, &v, 4);");
-  replace_body(s, f + "void refresh(raw8& w) {", "(void)w;");
+  replace_body(s, f + "u32 permute(u32 w, u32 selector) {", "return host_prmt(w, 0, selector);");
   if (std::regex_search(s, std::regex(R"(\basm\s*(volatile\s*)?\()")))
     throw std::runtime_error("inline PTX without a host twin in emit_for_host.cpp");
   const std::string linkage = "extern \"C\" ";
