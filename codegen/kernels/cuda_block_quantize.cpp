@@ -3,32 +3,34 @@
 // One block of 256 threads owns a 128 x 128 tile, which holds whole scaling
 // blocks of every kind (tiles start at multiples of 128). Thread t takes the
 // 8 adjacent columns 8g (g = t % 16) of the 8 rows 64p + 4q + i (q = t / 16,
-// p and i in 0..1 and 0..3), the layout of the per-tensor cast-transpose
-// (cuda_quantize.cpp), and keeps them in registers, as loaded, from the one
+// p in 0..1, i in 0..3), the layout of the per-tensor cast-transpose
+// (cuda_quantize.cpp), and keeps them in registers as loaded, from the one
 // read of the input to the FP8 stores:
 //   1. eight 16-byte loads, all issued before any is used;
-//   2. rowwise amaxes: a row's 128 columns sit in the 16 lanes of one half
-//      warp (MX: a 32-column segment in 4 lanes); exchanges that halve the
-//      rows each lane keeps leave one row per lane pair (MX: two rows per
-//      lane), so each scale is computed once, not once per thread; the
-//      multipliers go to shared memory, read back by the same warp;
-//   3. columnwise amaxes: partial maxima over the 8 rows two lanes hold
-//      (lanes t and t ^ 16), through a 8 KiB shared array, reduced down the
-//      column by one thread per column (MX: per column and pass);
-//   4. rowwise FP8 leaves as 8-byte stores straight from registers;
-//      columnwise FP8 is packed 4 rows to a word, staged in a skewed
-//      [128][33] word array (reusing the partial maxima's space) and leaves
-//      as 128-byte column segments per warp instruction;
-//   5. 128x128: one amax for the tile, by warp shuffles and 8 shared words.
-// About 21 KB of static shared memory, no dynamic; 4 blocks per SM when the
-// kernel fits in 64 registers.
+//   2. amaxes on the loaded words, not on decoded floats (16-bit inputs: two
+//      magnitudes per word, compared two at a time);
+//   3. rowwise: a row's 128 columns sit in the 16 lanes of a half warp (MX: a
+//      32-column segment in 4 lanes); shuffles that halve the rows each lane
+//      keeps leave one row per lane pair (MX: two rows per lane), so each
+//      scale is computed once; the multipliers go through shared memory, back
+//      to the same warp; the FP8 rows leave as 8-byte stores from registers;
+//   4. columnwise: partial maxima over the 8 rows of lanes t and t ^ 16 go to
+//      an 8 KiB shared array, reduced down each column by one thread (MX: per
+//      32-row block, two per thread); the FP8 data is packed 4 rows to a word,
+//      staged in a skewed [128][33] word array (the partial maxima's space)
+//      and leaves as one 128-byte column segment per warp store;
+//   5. 128x128: one amax per tile, by warp shuffles and 8 shared words.
+// 17-21 KB of static shared memory, no dynamic; launch bounds cap 16-bit
+// inputs at 64 registers, so 4 blocks fit on an SM (fp32 input: 2).
 // Edge tiles, and shapes or pointers the wide accesses cannot take (cols not
 // a multiple of 8; columnwise with rows not a multiple of 4), run the same
-// code with element-wise, bounds-checked loads and stores: out-of-range
-// elements load as +0, which never raises an amax and is never stored.
+// code with bounds-checked loads and stores (element-wise where not wide):
+// out-of-range elements load as +0, which never raises an amax, and are never
+// stored.
 // The scale and conversion arithmetic (block_scale, mx_code, mx_multiplier,
 // fp8(v * multiplier)) is that of the first, element-wise version, which
-// matched the CPU reference bit for bit on the H200.
+// matched the CPU reference bit for bit on the H200. tests/emulation runs
+// this source on the CPU against the reference.
 
 #include <sstream>
 
@@ -72,6 +74,9 @@ KernelSource emit_cuda(const BlockQuantizeKernel& k) {
     throw std::invalid_argument("block quantize: not a block scaling: " +
                                 std::string(to_string(k.scaling)));
   std::ostringstream s;
+  // MIN_BLOCKS: blocks per SM the launch bounds ask for. 16-bit inputs fit
+  // 64 registers without spilling (4 blocks); fp32 keeps 64 loaded words
+  // alone, so 2.
   s << cuda_prelude();
   s << "typedef " << cuda_storage_type(k.input) << " in_t;\n"
     << "#define ROWWISE " << bool_text(k.rowwise) << "\n"
@@ -197,9 +202,9 @@ __device__ __forceinline__ void magnitudes(const raw8& r, u32 m[4]) {
 __device__ __forceinline__ u32 max2(u32 a, u32 b) { return __vmaxu2(a, b); }
 __device__ __forceinline__ void widen(u32 m, u32 e[]) {
   float lo, hi;
-  unpack2(m, in_t(), lo, hi);
-  e[0] = abs_bits(lo);
-  e[1] = abs_bits(hi);
+  unpack2(m, in_t(), lo, hi);  // magnitudes: the floats come out positive
+  e[0] = __float_as_uint(lo);
+  e[1] = __float_as_uint(hi);
 }
 #endif
 #define PER_WORD (8 / MAG_WORDS)
