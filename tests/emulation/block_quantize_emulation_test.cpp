@@ -77,9 +77,8 @@ void run_case(const BlockQuantizeKernel& k, const EmulatedKernel& kernel, const 
                orders[static_cast<int>(c.order)] +
                (c.misalign ? ", pointers misaligned by " + std::to_string(c.misalign) : ""));
   std::mt19937 rng(seed);
-  const auto x = testing::random_block_quantize_input(k.input, static_cast<std::size_t>(c.rows),
-                                                      static_cast<std::size_t>(c.cols), c.specials,
-                                                      rng);
+  const auto x = testing::random_block_quantize_input(
+      k.input, static_cast<std::size_t>(c.rows), static_cast<std::size_t>(c.cols), c.specials, rng);
   const BlockQuantizeResult want = reference_block_quantize(k, x.data(), c.rows, c.cols);
   const std::size_t n = static_cast<std::size_t>(c.rows) * c.cols;
   // The input's guard reads as NaN in every input type: reading past the
@@ -122,13 +121,12 @@ TEST_P(BlockQuantizeEmulation, MatchesTheCpuReference) {
   // Whole tiles; edge tiles with cols % 8 == 0 (wide accesses, bounds
   // checked) and rows % 4 != 0 (element-wise columnwise stores); shapes
   // below one tile; odd shapes (element-wise everything).
-  const Case cases[] = {
-      {128, 128, true, Order::forward},    {256, 384, false, Order::backward},
-      {300, 520, true, Order::shuffled},   {129, 264, true, Order::forward},
-      {130, 136, false, Order::backward},  {4, 8, true, Order::shuffled},
-      {1, 1, true, Order::forward},        {17, 33, true, Order::backward},
-      {161, 95, true, Order::shuffled},    {256, 256, true, Order::shuffled, 1},
-      {132, 264, false, Order::forward, 2}};
+  const Case cases[] = {{128, 128, true, Order::forward},    {256, 384, false, Order::backward},
+                        {300, 520, true, Order::shuffled},   {129, 264, true, Order::forward},
+                        {130, 136, false, Order::backward},  {4, 8, true, Order::shuffled},
+                        {1, 1, true, Order::forward},        {17, 33, true, Order::backward},
+                        {161, 95, true, Order::shuffled},    {256, 256, true, Order::shuffled, 1},
+                        {132, 264, false, Order::forward, 2}};
   std::uint32_t seed = 1;
   for (const Case& c : cases) {
     run_case(k, kernel, c, seed++);

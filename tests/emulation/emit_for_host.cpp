@@ -82,8 +82,8 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < variants.size(); ++i) {
       const fp8c::KernelSource k = fp8c::emit_cuda(variants[i]);
       const std::string ns = "k" + std::to_string(i);
-      out << "namespace " << ns << " {\n" << host_source(k.source) << "\n}  // namespace " << ns
-          << "\n";
+      out << "namespace " << ns << " {\n"
+          << host_source(k.source) << "\n}  // namespace " << ns << "\n";
       std::set<std::string> macros;
       const std::regex define(R"(#define (\w+))");
       for (std::sregex_iterator m(k.source.begin(), k.source.end(), define), end; m != end; ++m)
@@ -93,7 +93,8 @@ int main(int argc, char** argv) {
             << "unsigned char* c, void* cs, int rows, int cols) { " << ns << "::" << k.entry
             << "(static_cast<const " << ns << "::in_t*>(x), r, rs, c, cs, rows, cols); }},\n";
     }
-    out << "struct EmulatedKernel {\n  const char* name;\n  void (*run)(const void*, unsigned char*, "
+    out << "struct EmulatedKernel {\n  const char* name;\n  void (*run)(const void*, unsigned "
+           "char*, "
            "void*, unsigned char*, void*, int, int);\n};\n"
         << "inline const EmulatedKernel kEmulatedKernels[] = {\n"
         << table.str() << "};\n";

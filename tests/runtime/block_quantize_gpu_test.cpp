@@ -37,9 +37,8 @@ void run_case(const BlockQuantizeKernel& k, int rows, int cols, bool specials, s
                (specials ? " with NaN/Inf" : "") + (misalign ? ", misaligned pointers" : ""));
   testing::Gpu& g = gpu();
   std::mt19937 rng(seed);
-  const auto x = testing::random_block_quantize_input(k.input, static_cast<std::size_t>(rows),
-                                                      static_cast<std::size_t>(cols), specials,
-                                                      rng);
+  const auto x = testing::random_block_quantize_input(
+      k.input, static_cast<std::size_t>(rows), static_cast<std::size_t>(cols), specials, rng);
   const BlockQuantizeResult want = reference_block_quantize(k, x.data(), rows, cols);
   const std::size_t n = static_cast<std::size_t>(rows) * cols;
   const std::size_t row_scale_bytes = block_scale_bytes(k, rows, cols, false);
@@ -87,12 +86,14 @@ class BlockQuantizeGpu : public ::testing::TestWithParam<BlockQuantizeKernel> {}
 TEST_P(BlockQuantizeGpu, MatchesTheCpuReference) {
   REQUIRE_GPU();
   std::uint32_t seed = 7;
-  // Whole tiles only (128x128, 256x384, 1000x2048's first 7 tile rows) take
-  // the wide fast path; edge tiles with cols % 8 == 0 the bounds-checked
-  // wide one (300x520, 132x264); rows % 4 != 0 makes the columnwise stores
-  // element-wise (129x264, 130x136); the rest is element-wise throughout.
-  for (auto [rows, cols] : {std::pair{1, 1}, {17, 33}, {128, 128}, {256, 384}, {300, 520},
-                            {1000, 2048}, {132, 264}, {129, 264}, {130, 136}, {4, 8}}) {
+  // Whole tiles (128x128, 256x384, most of 1000x2048) take the wide fast
+  // path; edge tiles with cols % 8 == 0 the bounds-checked wide one (300x520,
+  // 132x264); rows % 4 != 0 makes the columnwise stores element-wise
+  // (129x264, 130x136); cols % 8 != 0 makes everything element-wise.
+  const std::pair<int, int> shapes[] = {{1, 1},     {17, 33},     {128, 128}, {256, 384},
+                                        {300, 520}, {1000, 2048}, {132, 264}, {129, 264},
+                                        {130, 136}, {4, 8}};
+  for (auto [rows, cols] : shapes) {
     run_case(GetParam(), rows, cols, false, seed++);
     run_case(GetParam(), rows, cols, true, seed++);
   }

@@ -15,8 +15,9 @@ namespace fp8c::testing {
 // Raw element bits: mostly normal values of varied magnitude per row (so
 // block scales differ), some zeros, subnormals, huge values; with `specials`
 // also NaN and Inf.
-inline std::vector<unsigned char> random_block_quantize_input(ElemType type, std::size_t rows, std::size_t cols,
-                                        bool specials, std::mt19937& rng) {
+inline std::vector<unsigned char> random_block_quantize_input(ElemType type, std::size_t rows,
+                                                              std::size_t cols, bool specials,
+                                                              std::mt19937& rng) {
   const std::size_t width = type == ElemType::fp32 ? 4 : 2;
   std::vector<unsigned char> bytes(rows * cols * width);
   std::normal_distribution<float> normal(0.0f, 1.0f);
