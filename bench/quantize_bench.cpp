@@ -10,6 +10,8 @@
 //   dbias                           ... + column sums (E5M2 gradient)
 //   dgelu_dbias                     ... + dGELU from the saved pre-activation
 //   current_cast_transpose          amax pass, then cast with the scale from it
+//   blockwise_1x128_row_col, blockwise_128x128_row_col, mxfp8_1x32_row_col
+//                                   block-scaled E4M3, rowwise + columnwise
 //   fp8_transpose, fp8_permute_8_ranks  byte movers on rows x cols bytes
 // Effective bandwidth counts 2 bytes read and 2 written per element (the
 // issue's convention); `actual_bytes` also counts the pre-activation read and
@@ -278,6 +280,9 @@ int main(int argc, char** argv) {
     BlockQuantizeKernel block_1x128;
     block_1x128.columnwise = true;
     time_block_case("blockwise_1x128_row_col", block_1x128);
+    BlockQuantizeKernel block_128x128 = block_1x128;
+    block_128x128.scaling = Scaling::block_128x128;
+    time_block_case("blockwise_128x128_row_col", block_128x128);
     BlockQuantizeKernel mx = block_1x128;
     mx.scaling = Scaling::mx_1x32;
     time_block_case("mxfp8_1x32_row_col", mx);

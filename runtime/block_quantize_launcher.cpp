@@ -8,11 +8,7 @@ BlockQuantizeLauncher::BlockQuantizeLauncher(const Jit& jit, const BlockQuantize
     : kernel_(kernel),
       compiled_(jit.compile(emit_cuda(kernel))),
       module_(compiled_.cubin),
-      function_(module_.function(compiled_.entry)) {
-  // The staged tile is past the 48 KiB a kernel gets without asking.
-  FP8C_CU(driver().cuFuncSetAttribute(function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                      kBlockQuantizeSharedBytes));
-}
+      function_(module_.function(compiled_.entry)) {}
 
 void BlockQuantizeLauncher::launch(const BlockQuantizeArgs& a, CUstream stream) const {
   const auto need = [&](bool ok, const char* what) {

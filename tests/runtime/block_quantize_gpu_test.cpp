@@ -12,7 +12,7 @@
 #include <memory>
 #include <random>
 
-#include "codegen/numerics/half.hpp"
+#include "block_quantize_input.hpp"
 #include "kernel_variants.hpp"
 #include "runtime/block_quantize_launcher.hpp"
 #include "runtime/reference/block_quantize_reference.hpp"
@@ -28,74 +28,42 @@ namespace {
 
 using testing::gpu;
 
-// Raw element bits: mostly normal values of varied magnitude per row (so
-// block scales differ), some zeros, subnormals, huge values; with `specials`
-// also NaN and Inf.
-std::vector<unsigned char> random_input(ElemType type, std::size_t rows, std::size_t cols,
-                                        bool specials, std::mt19937& rng) {
-  const std::size_t width = type == ElemType::fp32 ? 4 : 2;
-  std::vector<unsigned char> bytes(rows * cols * width);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int> pick(0, 999);
-  std::uniform_real_distribution<float> exponent(-20.0f, 20.0f);
-  for (std::size_t r = 0; r < rows; ++r) {
-    const float row_scale = std::exp2(exponent(rng));
-    for (std::size_t c = 0; c < cols; ++c) {
-      float v = normal(rng) * row_scale;
-      const int p = pick(rng);
-      if (p < 10)
-        v = 0.0f;
-      else if (p < 15)
-        v *= 1e-30f;
-      else if (p < 18)
-        v = 3e4f;
-      else if (specials && p < 20)
-        v = std::numeric_limits<float>::quiet_NaN();
-      else if (specials && p < 22)
-        v = (p & 1 ? -1 : 1) * std::numeric_limits<float>::infinity();
-      const std::size_t i = r * cols + c;
-      if (width == 4) {
-        std::memcpy(&bytes[i * 4], &v, 4);
-      } else {
-        const std::uint16_t h =
-            type == ElemType::bf16 ? numerics::float_to_bf16(v) : numerics::float_to_fp16(v);
-        std::memcpy(&bytes[i * 2], &h, 2);
-      }
-    }
-  }
-  return bytes;
-}
-
-void run_case(const BlockQuantizeKernel& k, int rows, int cols, bool specials, std::uint32_t seed) {
+// With `misalign`, every pointer is moved off its allocation's alignment
+// (the input by one element, the outputs by one byte): the kernel must then
+// take its element-wise path even for whole tiles.
+void run_case(const BlockQuantizeKernel& k, int rows, int cols, bool specials, std::uint32_t seed,
+              bool misalign = false) {
   SCOPED_TRACE(k.name() + " " + std::to_string(rows) + "x" + std::to_string(cols) +
-               (specials ? " with NaN/Inf" : ""));
+               (specials ? " with NaN/Inf" : "") + (misalign ? ", misaligned pointers" : ""));
   testing::Gpu& g = gpu();
   std::mt19937 rng(seed);
-  const auto x = random_input(k.input, static_cast<std::size_t>(rows),
-                              static_cast<std::size_t>(cols), specials, rng);
+  const auto x = testing::random_block_quantize_input(
+      k.input, static_cast<std::size_t>(rows), static_cast<std::size_t>(cols), specials, rng);
   const BlockQuantizeResult want = reference_block_quantize(k, x.data(), rows, cols);
   const std::size_t n = static_cast<std::size_t>(rows) * cols;
   const std::size_t row_scale_bytes = block_scale_bytes(k, rows, cols, false);
   const std::size_t col_scale_bytes = block_scale_bytes(k, rows, cols, true);
-  DeviceBuffer d_x(x.size()), d_row(n), d_row_scales(row_scale_bytes), d_col(n),
+  const std::size_t x_offset = misalign ? (k.input == ElemType::fp32 ? 4 : 2) : 0;
+  const std::size_t out_offset = misalign ? 1 : 0;
+  DeviceBuffer d_x(x.size() + 16), d_row(n + 16), d_row_scales(row_scale_bytes), d_col(n + 16),
       d_col_scales(col_scale_bytes);
-  d_x.upload(x.data(), x.size());
+  d_x.upload(x.data(), x.size(), x_offset);
   for (auto* b : {&d_row, &d_row_scales, &d_col, &d_col_scales}) b->fill(0xCD);
   const BlockQuantizeLauncher launcher(*g.jit, k);
   BlockQuantizeArgs a;
-  a.x = d_x.get();
-  a.rowwise = d_row.get();
+  a.x = d_x.get() + x_offset;
+  a.rowwise = d_row.get() + out_offset;
   a.rowwise_scales = d_row_scales.get();
-  a.columnwise = d_col.get();
+  a.columnwise = d_col.get() + out_offset;
   a.columnwise_scales = d_col_scales.get();
   a.rows = rows;
   a.cols = cols;
   launcher.launch(a, nullptr);
   g.device->synchronize();
-  const auto check = [](const DeviceBuffer& buffer, const std::vector<std::uint8_t>& expected,
-                        const char* what) {
+  const auto check = [](const DeviceBuffer& buffer, std::size_t offset,
+                        const std::vector<std::uint8_t>& expected, const char* what) {
     std::vector<std::uint8_t> got(expected.size());
-    buffer.download(got.data(), got.size());
+    buffer.download(got.data(), got.size(), offset);
     std::size_t bad = 0;
     for (std::size_t i = 0; i < got.size(); ++i)
       if (got[i] != expected[i] && ++bad <= 5)
@@ -104,12 +72,12 @@ void run_case(const BlockQuantizeKernel& k, int rows, int cols, bool specials, s
     EXPECT_EQ(bad, 0u) << what;
   };
   if (k.rowwise) {
-    check(d_row, want.rowwise, "rowwise");
-    check(d_row_scales, want.rowwise_scales, "rowwise scales");
+    check(d_row, out_offset, want.rowwise, "rowwise");
+    check(d_row_scales, 0, want.rowwise_scales, "rowwise scales");
   }
   if (k.columnwise) {
-    check(d_col, want.columnwise, "columnwise");
-    check(d_col_scales, want.columnwise_scales, "columnwise scales");
+    check(d_col, out_offset, want.columnwise, "columnwise");
+    check(d_col_scales, 0, want.columnwise_scales, "columnwise scales");
   }
 }
 
@@ -118,11 +86,23 @@ class BlockQuantizeGpu : public ::testing::TestWithParam<BlockQuantizeKernel> {}
 TEST_P(BlockQuantizeGpu, MatchesTheCpuReference) {
   REQUIRE_GPU();
   std::uint32_t seed = 7;
-  for (auto [rows, cols] :
-       {std::pair{1, 1}, {17, 33}, {128, 128}, {256, 384}, {300, 520}, {1000, 2048}}) {
+  // Whole tiles (128x128, 256x384, most of 1000x2048) take the wide fast
+  // path; edge tiles with cols % 8 == 0 the bounds-checked wide one (300x520,
+  // 132x264); rows % 4 != 0 makes the columnwise stores element-wise
+  // (129x264, 130x136); cols % 8 != 0 makes everything element-wise.
+  const std::pair<int, int> shapes[] = {{1, 1},     {17, 33},     {128, 128}, {256, 384},
+                                        {300, 520}, {1000, 2048}, {132, 264}, {129, 264},
+                                        {130, 136}, {4, 8}};
+  for (auto [rows, cols] : shapes) {
     run_case(GetParam(), rows, cols, false, seed++);
     run_case(GetParam(), rows, cols, true, seed++);
   }
+}
+
+TEST_P(BlockQuantizeGpu, MisalignedPointers) {
+  REQUIRE_GPU();
+  run_case(GetParam(), 256, 384, true, 99, true);
+  run_case(GetParam(), 132, 264, true, 100, true);
 }
 
 TEST_P(BlockQuantizeGpu, LargeUnalignedShape) {
@@ -130,6 +110,7 @@ TEST_P(BlockQuantizeGpu, LargeUnalignedShape) {
   if (GetParam().input != ElemType::bf16 || !GetParam().columnwise || !GetParam().rowwise)
     GTEST_SKIP() << "the large shape runs for the bf16 row+column variants only";
   run_case(GetParam(), 4095, 8191, true, 1234);
+  run_case(GetParam(), 4100, 8200, true, 1235);  // whole tiles and wide edge tiles
 }
 
 INSTANTIATE_TEST_SUITE_P(AllVariants, BlockQuantizeGpu,

@@ -1,0 +1,142 @@
+// The generated block quantize kernels, their own CUDA source run on the CPU
+// (cuda_host.hpp), against the CPU reference bit for bit in data and scales:
+// every variant, shapes on both sides of each fast-path boundary, NaN/Inf
+// inputs, misaligned pointers, threads scheduled in several orders. Checks
+// the kernels' data movement, reductions and scale arithmetic without a GPU;
+// the conversion instruction itself is the GPU tests' to check.
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../runtime/block_quantize_input.hpp"
+#include "cuda_host.hpp"
+#include "emulation_variants.hpp"
+#include "runtime/reference/block_quantize_reference.hpp"
+
+namespace fp8c::emulation {
+
+#include "block_quantize_emulated.inc"
+
+namespace {
+
+using runtime::block_scale_bytes;
+using runtime::BlockQuantizeResult;
+using runtime::reference_block_quantize;
+
+// A buffer with `offset` bytes before the data (to misalign it) and a guard
+// after it that must come back untouched.
+struct Buffer {
+  static constexpr std::size_t kGuard = 64;
+  std::vector<unsigned char> bytes;
+  std::size_t offset, size;
+  Buffer(std::size_t n, std::size_t misalign, unsigned char fill)
+      : bytes(16 + n + kGuard, 0xA5), offset(16 + misalign), size(n) {
+    std::fill(bytes.begin() + offset, bytes.begin() + offset + n, fill);
+  }
+  unsigned char* data() {
+    // The vector's storage is 16-byte aligned; data() is 16 + misalign past it.
+    return bytes.data() + offset;
+  }
+  std::vector<unsigned char> contents() const {
+    return {bytes.begin() + offset, bytes.begin() + offset + size};
+  }
+  bool guards_intact() const {
+    for (std::size_t i = 0; i < bytes.size(); ++i)
+      if ((i < offset || i >= offset + size) && bytes[i] != 0xA5) return false;
+    return true;
+  }
+};
+
+struct Case {
+  int rows, cols;
+  bool specials;
+  Order order;
+  std::size_t misalign = 0;  // bytes added to every pointer
+};
+
+void check_bytes(const std::vector<unsigned char>& got, const std::vector<std::uint8_t>& want,
+                 const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (got[i] != want[i] && ++bad <= 5)
+      ADD_FAILURE() << what << " byte " << i << ": 0x" << std::hex << int(got[i]) << ", want 0x"
+                    << int(want[i]);
+  EXPECT_EQ(bad, 0u) << what;
+}
+
+void run_case(const BlockQuantizeKernel& k, const EmulatedKernel& kernel, const Case& c,
+              std::uint32_t seed) {
+  const char* orders[] = {"forward", "backward", "shuffled"};
+  SCOPED_TRACE(k.name() + " " + std::to_string(c.rows) + "x" + std::to_string(c.cols) +
+               (c.specials ? " with NaN/Inf" : "") + ", threads " +
+               orders[static_cast<int>(c.order)] +
+               (c.misalign ? ", pointers misaligned by " + std::to_string(c.misalign) : ""));
+  std::mt19937 rng(seed);
+  const auto x = testing::random_block_quantize_input(
+      k.input, static_cast<std::size_t>(c.rows), static_cast<std::size_t>(c.cols), c.specials, rng);
+  const BlockQuantizeResult want = reference_block_quantize(k, x.data(), c.rows, c.cols);
+  const std::size_t n = static_cast<std::size_t>(c.rows) * c.cols;
+  // The input's guard reads as NaN in every input type: reading past the
+  // input would change the scales.
+  Buffer in(x.size(), c.misalign ? (k.input == ElemType::fp32 ? 4 : 2) : 0, 0);
+  std::copy(x.begin(), x.end(), in.data());
+  std::fill(in.bytes.begin() + in.offset + x.size(), in.bytes.end(), 0xFF);
+  Buffer row(n, c.misalign, 0xCD), col(n, c.misalign, 0xCD),
+      row_scales(block_scale_bytes(k, c.rows, c.cols, false), 0, 0xCD),
+      col_scales(block_scale_bytes(k, c.rows, c.cols, true), 0, 0xCD);
+  const Dim3 grid{static_cast<unsigned>((c.cols + 127) / 128),
+                  static_cast<unsigned>((c.rows + 127) / 128), 1};
+  run_grid(grid, kBlockQuantizeThreads, c.order, seed, [&] {
+    kernel.run(in.data(), row.data(), row_scales.data(), col.data(), col_scales.data(), c.rows,
+               c.cols);
+  });
+  if (k.rowwise) {
+    check_bytes(row.contents(), want.rowwise, "rowwise");
+    check_bytes(row_scales.contents(), want.rowwise_scales, "rowwise scales");
+  } else {
+    EXPECT_EQ(row.contents(), std::vector<unsigned char>(n, 0xCD)) << "rowwise written";
+  }
+  if (k.columnwise) {
+    check_bytes(col.contents(), want.columnwise, "columnwise");
+    check_bytes(col_scales.contents(), want.columnwise_scales, "columnwise scales");
+  } else {
+    EXPECT_EQ(col.contents(), std::vector<unsigned char>(n, 0xCD)) << "columnwise written";
+  }
+  for (const Buffer* b : {&row, &col, &row_scales, &col_scales})
+    EXPECT_TRUE(b->guards_intact()) << "a write outside an output";
+}
+
+class BlockQuantizeEmulation : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(BlockQuantizeEmulation, MatchesTheCpuReference) {
+  const auto variants = emulated_block_quantize_variants();
+  const BlockQuantizeKernel& k = variants[GetParam()];
+  const EmulatedKernel& kernel = kEmulatedKernels[GetParam()];
+  ASSERT_EQ(k.name(), kernel.name);
+  // Whole tiles; edge tiles with cols % 8 == 0 (wide accesses, bounds
+  // checked) and rows % 4 != 0 (element-wise columnwise stores); shapes
+  // below one tile; odd shapes (element-wise everything).
+  const Case cases[] = {{128, 128, true, Order::forward},    {256, 384, false, Order::backward},
+                        {300, 520, true, Order::shuffled},   {129, 264, true, Order::forward},
+                        {130, 136, false, Order::backward},  {4, 8, true, Order::shuffled},
+                        {1, 1, true, Order::forward},        {17, 33, true, Order::backward},
+                        {161, 95, true, Order::shuffled},    {256, 256, true, Order::shuffled, 1},
+                        {132, 264, false, Order::forward, 2}};
+  std::uint32_t seed = 1;
+  for (const Case& c : cases) {
+    run_case(k, kernel, c, seed++);
+    if (HasFatalFailure()) return;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllVariants, BlockQuantizeEmulation,
+                         ::testing::Range<std::size_t>(0, std::size(kEmulatedKernels)),
+                         [](const auto& info) { return kEmulatedKernels[info.param].name; });
+
+}  // namespace
+}  // namespace fp8c::emulation
