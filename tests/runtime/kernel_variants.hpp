@@ -34,12 +34,13 @@ inline std::vector<QuantizeKernel> quantize_variants() {
     k.dact = act;
     all.push_back(k);
   }
-  // The five-blocks-per-SM experiment: must stay bit-exact and spill-free.
-  for (bool dbias : {false, true}) {
+  // The five-blocks-per-SM experiment (no faster on the H200, 146.7 vs
+  // 145.5 us): must stay bit-exact and spill-free. With dbias it spills
+  // under the H200's ptxas (108 bytes), so only the plain cast + transpose.
+  {
     QuantizeKernel k;
     k.columnwise = true;
     k.amax = true;
-    k.dbias = dbias;
     k.min_blocks_per_sm = 5;
     all.push_back(k);
   }
