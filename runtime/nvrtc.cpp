@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <mutex>
+#include <shared_mutex>
 #include <regex>
 #include <stdexcept>
 
@@ -115,13 +116,17 @@ NvrtcOutput compile_once(const std::string& source, const std::string& name,
 
 NvrtcOutput compile_to_cubin(const std::string& source, const std::string& name,
                              const std::string& arch, const std::vector<std::string>& options) {
-  NvrtcOutput out = compile_once(source, name, arch, options);
-  if (out.registers >= 0) return out;
-  // Seen on the H200 with 16 compiles at once: a successful compile whose log
+  // Seen on the H200 with 16 compiles at once: successful compiles whose log
   // lacks ptxas's resource lines, so registers and spills are unknown (and a
-  // spill check would pass without evidence). Compile it again, alone.
-  static std::mutex alone;
-  std::lock_guard lock(alone);
+  // spill check would pass without evidence). Such a compile runs again with
+  // no other compile in the process (an exclusive lock; normal compiles share).
+  static std::shared_mutex compiles;
+  {
+    std::shared_lock shared(compiles);
+    NvrtcOutput out = compile_once(source, name, arch, options);
+    if (out.registers >= 0) return out;
+  }
+  std::unique_lock alone(compiles);
   return compile_once(source, name, arch, options);
 }
 
