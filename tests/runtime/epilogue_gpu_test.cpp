@@ -170,11 +170,10 @@ void run_case(const EpilogueKernel& k, Shape shape, Data data, std::uint32_t see
   std::size_t mismatches = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const auto e = static_cast<std::int64_t>(i);
-    bool ok =
-        exact
-            ? std::memcmp(&got[i * out_width], &want.out[i * out_width], out_width) == 0
-            : close_after_rounding(stored_value(out_type, got.data(), e),
-                                   stored_value(out_type, want.out.data(), e), bound(e), out_type);
+    bool ok = exact ? std::memcmp(&got[i * out_width], &want.out[i * out_width], out_width) == 0
+                    : close_after_rounding(stored_value(out_type, got.data(), e),
+                                           stored_value(out_type, want.out.data(), e), bound(e),
+                                           out_type);
     // dy = +-Inf times an act'(z) whose bound reaches zero (tanh.approx gives
     // exactly +-1 where tanhf is 1 - 2^-25): Inf * 0 = NaN on the GPU where
     // the reference has an infinity. Either is what the bound allows.

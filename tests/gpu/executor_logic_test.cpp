@@ -1,0 +1,122 @@
+// What the GPU executor decides without a GPU: which kernels a layer needs
+// (with the fallbacks: a kernel after a GEMM that cannot apply relu/silu,
+// dequantize kernels for block-scaled GEMM operands, an fp32-staged dact for
+// block formats), and which layers it refuses up front, naming why. Always
+// runs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <variant>
+
+#include "../cpu/cpu_test_support.hpp"
+#include "codegen/planner.hpp"
+#include "fp8c/dsl.hpp"
+#include "runtime/gpu/rank_executor.hpp"
+
+namespace fp8c::runtime {
+namespace {
+
+using cpu::testing::layer_text;
+using cpu::testing::spec_from;
+
+LayerKernels kernels_of(const std::string& text, std::uint32_t ranks, std::uint64_t tokens) {
+  const Spec spec = spec_from(text);
+  PlanOptions o;
+  o.ranks = ranks;
+  o.tokens = tokens;
+  const Plan plan = plan_spec(spec, o);
+  return layer_kernels(spec.layers[0], plan.layers[0]);
+}
+
+template <typename K>
+std::vector<K> all_of(const LayerKernels& k) {
+  std::vector<K> out;
+  for (const auto& g : k.kernels)
+    if (const auto* d = std::get_if<K>(&g.description)) out.push_back(*d);
+  return out;
+}
+
+TEST(ExecutorLogic, EveryExampleAtItsRanksHasEveryKernelItNeeds) {
+  for (const char* name : {"ada_delayed", "current_scaling_debug", "single_gpu_reference",
+                           "blockwise_mlp", "mxfp8_proj", "gpt_mlp", "attention_out_then_mlp"}) {
+    SCOPED_TRACE(name);
+    const Spec spec = load_spec(std::string(FP8C_EXAMPLES_DIR) + "/" + name + ".fp8");
+    PlanOptions o;
+    o.tokens = 1024;
+    const Plan plan = plan_spec(spec, o);
+    for (const auto& lp : plan.layers) {
+      LayerKernels k;
+      EXPECT_NO_THROW(k = layer_kernels(*spec.find_layer(lp.layer), lp)) << lp.layer;
+      // No duplicates: the set is compiled once.
+      for (std::size_t i = 0; i < k.kernels.size(); ++i)
+        for (std::size_t j = i + 1; j < k.kernels.size(); ++j)
+          EXPECT_FALSE(k.kernels[i] == k.kernels[j]) << k.kernels[i].name();
+    }
+  }
+}
+
+TEST(ExecutorLogic, ReluAndSiluGetAKernelAfterTheGemmGeluDoesNot) {
+  for (const char* act : {"relu", "silu", "gelu"}) {
+    SCOPED_TRACE(act);
+    const auto k = kernels_of(
+        layer_text("current", "column", false, 1, 256, 512, std::string("activation = ") + act), 1,
+        256);
+    const auto epilogues = all_of<EpilogueKernel>(k);
+    const bool forward_act = std::any_of(epilogues.begin(), epilogues.end(), [](const auto& e) {
+      return !e.backward && e.activation != Activation::none && !e.bias;
+    });
+    EXPECT_EQ(forward_act, std::string(act) != "gelu");
+  }
+}
+
+TEST(ExecutorLogic, BlockScaledGemmsGetDequantizeKernelsInTheLayerDtype) {
+  for (const char* recipe : {"blockwise", "mxfp8"}) {
+    SCOPED_TRACE(recipe);
+    const auto k = kernels_of(layer_text(recipe, "column", true, 2, 256, 512), 2, 512);
+    const auto dq = all_of<DequantizeKernel>(k);
+    ASSERT_FALSE(dq.empty());
+    for (const auto& d : dq) EXPECT_EQ(d.output, ElemType::bf16);
+  }
+  EXPECT_TRUE(all_of<DequantizeKernel>(
+                  kernels_of(layer_text("current", "column", true, 2, 256, 512), 2, 512))
+                  .empty());
+}
+
+TEST(ExecutorLogic, BlockFormatsStageDactInFp32ThenQuantizeFromIt) {
+  const auto k = kernels_of(
+      layer_text("blockwise", "column", false, 1, 256, 512, "bias = true  activation = gelu"), 1,
+      256);
+  const auto epilogues = all_of<EpilogueKernel>(k);
+  EXPECT_TRUE(std::any_of(epilogues.begin(), epilogues.end(), [](const auto& e) {
+    return e.backward && e.output == ElemType::fp32 && e.dbias;
+  }));
+  const auto blocks = all_of<BlockQuantizeKernel>(k);
+  EXPECT_TRUE(std::any_of(blocks.begin(), blocks.end(),
+                          [](const auto& b) { return b.input == ElemType::fp32; }));
+  EXPECT_FALSE(std::find(k.dbias_outputs.begin(), k.dbias_outputs.end(), ElemType::bf16) ==
+               k.dbias_outputs.end());
+}
+
+TEST(ExecutorLogic, NanErrorWithoutAnAmaxIsRefusedNamingTheTensor) {
+  const std::string text =
+      "layer l = linear { in = 256  out = 512  recipe = blockwise { nan = error } }\n";
+  try {
+    kernels_of(text, 1, 256);
+    ADD_FAILURE() << "refused nothing";
+  } catch (const ExecutorError& e) {
+    EXPECT_NE(std::string(e.what()).find("nan = error needs an amax of l.x"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(ExecutorLogic, DelayedScaleUpdatesUseTheExecutorsStateStride) {
+  const auto k =
+      kernels_of(layer_text("delayed { history = 8 }", "row", true, 2, 512, 256), 2, 512);
+  const auto updates = all_of<ScaleUpdateKernel>(k);
+  ASSERT_EQ(updates.size(), 1u);
+  EXPECT_EQ(updates[0].scale_stride, DeviceLayerState::kScaleStride);
+  EXPECT_EQ(updates[0].history_length, 8u);
+}
+
+}  // namespace
+}  // namespace fp8c::runtime
