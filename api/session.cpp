@@ -4,6 +4,11 @@
 // NCCL (runtime/comm).
 #include "fp8c/session.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -77,7 +82,9 @@ struct Session::Impl {
   std::unique_ptr<runtime::LocalDeviceGroup> group;
   std::unique_ptr<runtime::DeviceCommunicator> comm;
   std::unique_ptr<runtime::GemmRunner> gemm;
-  runtime::Stream stream;
+  // Blocking: work on the legacy default stream (a framework's stream 0)
+  // before a call is finished before the session's work starts, and after.
+  runtime::Stream stream{true};
   runtime::Stream comm_stream;  // collectives, where a layout asks for overlap
   struct LayerRun {
     const Layer* layer = nullptr;
@@ -85,6 +92,9 @@ struct Session::Impl {
     std::unique_ptr<DeviceLayerState> state;
     std::unique_ptr<GpuRankExecutor> exec;
     bool forward_done = false;
+    // The end of forward, for a backward enqueued on another stream.
+    std::unique_ptr<runtime::Event> forward_end;
+    CUstream forward_stream = nullptr;
   };
   std::map<std::string, LayerRun> layers;
 
@@ -166,16 +176,72 @@ struct Session::Impl {
       throw SessionError("fp8c: layer '" + run.layer->name + "': " + what + " is " + describe(t) +
                          ", the plan needs " + std::string(to_string(p->type)) + " [" +
                          std::to_string(rows) + ", " + std::to_string(cols) + "]");
-    run.exec->bind(key, reinterpret_cast<CUdeviceptr>(t.data));
+    // The kernels load 16 bytes at a time from aligned tensors; a pointer
+    // on another device would fault the whole context.
+    const auto address = reinterpret_cast<CUdeviceptr>(t.data);
+    if (address % 16 != 0)
+      throw SessionError("fp8c: layer '" + run.layer->name + "': " + what +
+                         " is not 16-byte aligned (" + std::to_string(address % 16) +
+                         " bytes past a boundary)");
+    int ordinal = -1;
+    if (runtime::driver().cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                                address) != CUDA_SUCCESS ||
+        ordinal != device.ordinal())
+      throw SessionError("fp8c: layer '" + run.layer->name + "': " + what +
+                         " is not device memory of GPU " + std::to_string(device.ordinal()));
+    run.exec->bind(key, address);
+  }
+
+  // Runs `body`, turning the executor's errors into SessionError.
+  template <typename Body>
+  void step(const std::string& layer, Body&& body) {
+    try {
+      body();
+    } catch (const runtime::ExecutorError& e) {
+      throw SessionError(e.what());
+    } catch (const collectives::CollectiveError& e) {
+      throw SessionError("fp8c: layer '" + layer + "': " + e.what());
+    }
+  }
+
+  // Everything enqueued by any layer has finished (collectives through the
+  // communicator, so a hung one fails within its timeout).
+  void finish_all() {
+    device.make_current();
+    comm->synchronize(stream.get());
+    comm->synchronize(comm_stream.get());
+    for (auto& [name, run] : layers) comm->synchronize(run.exec->stream());
   }
 };
 
+std::unique_ptr<Session::Impl> Session::open(const std::string& path, const SessionOptions& o) {
+  try {
+    return std::make_unique<Session::Impl>(path, o);
+  } catch (const PlanError& e) {
+    throw SessionError("fp8c: " + path + ": " + e.what());
+  } catch (const runtime::ExecutorError& e) {
+    throw SessionError("fp8c: " + path + ": " + e.what());
+  }
+}
+
 Session::Session(const std::string& spec_path, const SessionOptions& options)
-    : impl_(std::make_unique<Impl>(spec_path, options)) {}
-Session::~Session() = default;
+    : impl_(open(spec_path, options)) {}
+Session::~Session() {
+  // Buffers and modules are freed below: nothing of ours may still run.
+  try {
+    impl_->finish_all();
+  } catch (...) {
+  }
+}
 
 const Spec& Session::spec() const {
   return impl_->spec;
+}
+int Session::rank() const {
+  return impl_->comm->rank();
+}
+int Session::ranks() const {
+  return impl_->comm->size();
 }
 
 std::vector<std::string> Session::layers() const {
@@ -203,12 +269,20 @@ void Session::forward(const std::string& name, const LayerInputs& in, const Tens
     throw SessionError("fp8c: layer '" + name +
                        "' takes its producer's FP8 output directly; chaining FP8 outputs "
                        "through the host API is not supported yet (use output = bf16)");
+  if (run.plan->find(name + ".y.fp8.row") && !run.plan->find(name + ".y"))
+    throw SessionError("fp8c: layer '" + name +
+                       "' writes its output in FP8 for its consumer; handing FP8 outputs "
+                       "through the host API is not supported yet (use output = bf16)");
   impl_->bind(run, {"x"}, in.x, "input x");
   impl_->bind(run, {"w"}, in.w, "weight w");
   if (run.layer->bias) impl_->bind(run, {"b"}, in.bias, "bias");
-  impl_->bind(run, {"y"}, y, "output y");
-  run.exec->set_stream(stream ? static_cast<CUstream>(stream) : impl_->stream.get());
-  run.exec->forward();
+  impl_->bind(run, {"y", "y.reduced"}, y, "output y");
+  const CUstream s = stream ? static_cast<CUstream>(stream) : impl_->stream.get();
+  run.exec->set_stream(s);
+  impl_->step(name, [&] { run.exec->forward(); });
+  if (!run.forward_end) run.forward_end = std::make_unique<runtime::Event>();
+  run.forward_end->record(s);
+  run.forward_stream = s;
   run.forward_done = true;
 }
 
@@ -222,35 +296,53 @@ void Session::backward(const std::string& name, const TensorRef& dy, const Layer
   impl_->bind(run, {"dx"}, out.dx, "input gradient dx");
   impl_->bind(run, {"dw"}, out.dw, "weight gradient dw");
   if (run.layer->bias) impl_->bind(run, {"db.reduced", "db"}, out.dbias, "bias gradient");
-  run.exec->set_stream(stream ? static_cast<CUstream>(stream) : impl_->stream.get());
-  run.exec->backward();
+  const CUstream s = stream ? static_cast<CUstream>(stream) : impl_->stream.get();
+  // Backward reads what forward saved (z, the FP8 copies): on another
+  // stream it waits for forward's end.
+  if (s != run.forward_stream)
+    FP8C_CU(runtime::driver().cuStreamWaitEvent(s, run.forward_end->get(), 0));
+  run.exec->set_stream(s);
   run.forward_done = false;
-  try {
+  impl_->step(name, [&] {
+    run.exec->backward();
     run.exec->update();
-  } catch (const runtime::ExecutorError& e) {
-    throw SessionError(e.what());
-  }
+  });
 }
 
 void Session::synchronize() {
-  impl_->device.make_current();
-  impl_->device.synchronize();
+  impl_->step("(all)", [&] { impl_->finish_all(); });
 }
 
 void Session::save_state(const std::string& path) const {
-  impl_->device.make_current();
+  // The scale updates still in flight land first.
+  impl_->step("(all)", [&] { impl_->finish_all(); });
   runtime::LayerStates states;
   for (auto& [name, run] : impl_->layers) states[name] = run.state->download();
-  const std::string text = runtime::format_state_file(states);
-  // Atomic: a reader never sees half a file.
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out.flush()) throw SessionError("fp8c: cannot write " + temporary);
+  std::string text;
+  try {
+    text = runtime::format_state_file(states);
+  } catch (const std::exception& e) {
+    throw SessionError(std::string("fp8c: cannot save the state: ") + e.what());
   }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0)
-    throw SessionError("fp8c: cannot move " + temporary + " to " + path);
+  // Atomic and durable: written under a name of this process's own, flushed
+  // to disk, then renamed over `path`; a reader sees the old file or the new.
+  const std::string temporary =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(rank());
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw SessionError("fp8c: cannot create " + temporary + ": " + std::strerror(errno));
+  std::size_t written = 0;
+  while (written < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+    if (n <= 0) break;
+    written += static_cast<std::size_t>(n);
+  }
+  const bool ok = written == text.size() && ::fsync(fd) == 0;
+  const bool closed = ::close(fd) == 0;
+  if (!ok || !closed || std::rename(temporary.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(temporary.c_str());
+    throw SessionError("fp8c: cannot write the state to " + path + ": " + why);
+  }
 }
 
 void Session::load_state(const std::string& path) {
@@ -280,7 +372,8 @@ void Session::load_state(const std::string& path) {
                            ", the recipe's is " + std::to_string(d.history_length()));
     }
   }
-  impl_->device.make_current();
+  // No scale update may land after the loaded values.
+  impl_->step("(all)", [&] { impl_->finish_all(); });
   for (auto& [name, run] : impl_->layers) {
     auto it = states.find(name);
     run.state->upload(it == states.end() ? cpu::LayerState{} : it->second);

@@ -48,6 +48,7 @@ namespace fp8c::runtime {
   X(cuMemcpyDtoHAsync, 3020)          \
   X(cuMemsetD8Async, 3020)            \
   X(cuMemGetInfo, 3020)               \
+  X(cuPointerGetAttribute, 4000)      \
   X(cuStreamCreate, 2000)             \
   X(cuStreamDestroy, 4000)            \
   X(cuStreamSynchronize, 2000)        \

@@ -77,8 +77,8 @@ void DeviceBuffer::fill(unsigned char byte, CUstream stream) {
   FP8C_CU(driver().cuMemsetD8Async(pointer_, byte, bytes_ == 0 ? 1 : bytes_, stream));
 }
 
-Stream::Stream() {
-  FP8C_CU(driver().cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
+Stream::Stream(bool blocking) {
+  FP8C_CU(driver().cuStreamCreate(&stream_, blocking ? CU_STREAM_DEFAULT : CU_STREAM_NON_BLOCKING));
 }
 Stream::~Stream() {
   if (stream_) driver().cuStreamDestroy(stream_);

@@ -68,7 +68,9 @@ class DeviceBuffer {
 
 class Stream {
  public:
-  Stream();
+  // Non-blocking: ordered with nothing else. Blocking: ordered with the
+  // legacy default stream (stream 0), as a framework's default stream is.
+  explicit Stream(bool blocking = false);
   ~Stream();
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;

@@ -11,13 +11,14 @@
 # first failing rank's status (124 when ranks had to be killed).
 set -uo pipefail
 n=${1:?usage: launch_ranks.sh N [--timeout S] [--port P] -- COMMAND...}
+[[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "launch_ranks: N must be a positive integer, not '$n'" >&2; exit 2; }
 shift
 timeout=60
 port=$((29500 + RANDOM % 1000))
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case "$1" in
-    --timeout) timeout=$2; shift 2 ;;
-    --port) port=$2; shift 2 ;;
+    --timeout) timeout=${2:?--timeout needs seconds}; shift 2 ;;
+    --port) port=${2:?--port needs a port}; shift 2 ;;
     *) echo "launch_ranks: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -26,10 +27,17 @@ done
 logs=${LOG_DIR:-.}
 mkdir -p "$logs"
 
+# Each rank in a process group of its own (setsid), so that stopping it
+# stops whatever it started too; Ctrl-C or a TERM to the launcher stops all.
 pids=()
+stop_all() {
+  local signal=$1
+  for pid in "${pids[@]}"; do kill "-$signal" -- "-$pid" 2>/dev/null; done
+}
+trap 'stop_all TERM; sleep 2; stop_all KILL; exit 130' INT TERM
 for ((r = 0; r < n; r++)); do
   RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
-    MASTER_PORT=$port "$@" > "$logs/rank$r.log" 2>&1 &
+    MASTER_PORT=$port setsid "$@" > "$logs/rank$r.log" 2>&1 &
   pids+=($!)
 done
 
@@ -55,8 +63,10 @@ while [ $remaining -gt 0 ]; do
   if [ $status -ne 0 ] && [ $((SECONDS - failed_at)) -gt "$timeout" ]; then
     for ((r = 0; r < n; r++)); do
       if [ -z "${done_rank[$r]:-}" ]; then
-        echo "launch_ranks: rank $r still running ${timeout}s after the failure: killed" >&2
-        kill -9 "${pids[$r]}" 2>/dev/null
+        echo "launch_ranks: rank $r still running ${timeout}s after the failure: stopped" >&2
+        kill -TERM -- "-${pids[$r]}" 2>/dev/null
+        sleep 2
+        kill -KILL -- "-${pids[$r]}" 2>/dev/null
         wait "${pids[$r]}" 2>/dev/null
         done_rank[$r]=137
         remaining=$((remaining - 1))

@@ -12,9 +12,11 @@
 //
 // Shapes are this rank's shards, as `fp8c plan FILE --tokens M` prints them.
 // Errors are exceptions: fp8c::SpecError (file:line:col messages) for the
-// spec, SessionError for bad arguments or a failed step, and the runtime's
-// Unavailable when libcuda, libnvrtc or libcublasLt is missing. A failed
-// step leaves the layer's state as it was.
+// spec, SessionError for bad arguments, a spec fp8c cannot plan or run, or a
+// failed step (a kernel, GEMM or collective error, a NaN under `nan =
+// error`), and the runtime's Unavailable when libcuda, libnvrtc, libcublasLt
+// or libnccl is missing. A step that fails before its scale update (a NaN
+// under `nan = error`, on any rank) leaves the layer's state as it was.
 #pragma once
 
 #include <chrono>
@@ -112,9 +114,13 @@ class Session {
   // Shape this rank's tensor `key` ("x", "w", "y", "dw", ...) has in `layer`.
   std::vector<std::int64_t> shape(const std::string& layer, const std::string& key) const;
 
-  // Enqueue on `stream` (a CUstream; null: the session's own stream).
-  // forward keeps what backward needs; x must stay valid until backward
-  // when the layer saves its original input.
+  // Enqueue on `stream` (a CUstream; null: the session's own stream, which
+  // is ordered with the legacy default stream 0). forward keeps what
+  // backward needs; the caller's x (when the layer saves its original
+  // input) and w (read again by a high-precision dgrad: recipe none or a
+  // debug fallback) must stay valid and unchanged until backward. A
+  // backward on another stream than its forward waits for the forward.
+  // Tensors must be device memory of the session's GPU, 16-byte aligned.
   void forward(const std::string& layer, const LayerInputs& in, const TensorRef& y,
                void* stream = nullptr);
   // Backward and the end of the layer's step: waits for the stream, fails
@@ -123,14 +129,19 @@ class Session {
                 void* stream = nullptr);
   void synchronize();
 
-  // Every layer's FP8 state. load_state checks the whole file (format,
-  // checksum, layer and tensor names, history lengths) before changing any
-  // layer; a bad file changes nothing.
+  // Every layer's FP8 state, after the work already enqueued. load_state
+  // checks the whole file (format, checksum, layer and tensor names, history
+  // lengths, values) before changing any layer; a bad file changes nothing.
+  // Layers and tensors the file does not name go back to their initial
+  // state (scale 1, empty history). save_state refuses a state it could not
+  // load back (a non-finite scale after a NaN under `nan = propagate`).
   void save_state(const std::string& path) const;
   void load_state(const std::string& path);
 
  private:
   struct Impl;
+  // The Impl, with planning and executor errors turned into SessionError.
+  static std::unique_ptr<Impl> open(const std::string& path, const SessionOptions& options);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -34,8 +34,8 @@ struct LayerBenchResult {
   double step_ms = 0;                 // median of whole steps
   double gemm_ms = 0;                 // median of the GEMMs alone (all of them, one step's worth)
   double flops = 0;                   // GEMM FLOPs of one step
-  double compute_ms = 0;  // median of whole steps with the collectives left out
-  double comm_ms = 0;     // the collectives' share of the per-step breakdown
+  double compute_ms = 0;              // median of whole steps with the collectives left out
+  double comm_ms = 0;                 // the collectives' share of the per-step breakdown
   std::vector<StepTiming> breakdown;  // per step, medians, inside whole steps
   double ratio() const { return gemm_ms > 0 ? step_ms / gemm_ms : 0; }
 };

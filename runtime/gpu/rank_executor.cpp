@@ -143,6 +143,10 @@ LayerKernels layer_kernels(const Layer& layer, const LayerPlan& plan) {
 GpuRankExecutor::GpuRankExecutor(const Layer& layer, const LayerPlan& plan,
                                  const RankResources& resources, DeviceLayerState& state)
     : layer_(layer), plan_(plan), r_(resources), state_(state) {
+  if (static_cast<std::uint32_t>(r_.comm.size()) != plan.ranks)
+    throw ExecutorError("gpu executor: the plan of layer '" + layer.name + "' is for " +
+                        std::to_string(plan.ranks) + " ranks, the communicator has " +
+                        std::to_string(r_.comm.size()));
   for (const auto& [steps, kernels] :
        {std::pair{&plan.forward, &forward_kernels_}, std::pair{&plan.backward, &backward_kernels_},
         std::pair{&plan.update, &update_kernels_}})
@@ -280,6 +284,9 @@ GpuRankExecutor::Slot GpuRankExecutor::slot(int scale_tensor) const {
   if (state_view_[i]) {
     const std::string base = key(scale_tensor).substr(0, key(scale_tensor).rfind(".scale_inv"));
     const int si = state_.index(base);
+    if (si < 0)
+      throw std::logic_error("gpu executor: " + plan_.tensor(scale_tensor).name +
+                             " is a state view without state");
     return {state_.scale(si), state_.scale_inv(si)};
   }
   return {at(scale_tensor), at(scale_tensor) + 16};
@@ -314,20 +321,35 @@ void GpuRankExecutor::synchronize() {
   r_.comm.synchronize(r_.stream);
 }
 
-void GpuRankExecutor::check_nan() const {
+void GpuRankExecutor::check_nan() {
   if (layer_.recipe.nan != NanPolicy::error) return;
+  // This rank's verdict: the first quantized tensor whose amax is NaN.
+  std::string culprit;
   for (const auto* pass : {&plan_.forward, &plan_.backward})
     for (const Step& s : *pass) {
       if (s.kind != StepKind::quantize && s.kind != StepKind::amax) continue;
       for (int id : s.outputs) {
-        if (!ends_with(key(id), ".amax")) continue;
+        if (!ends_with(key(id), ".amax") || !culprit.empty()) continue;
         float v = 0;
         FP8C_CU(driver().cuMemcpyDtoH(&v, at(id), 4));
-        if (std::isnan(v))
-          throw ExecutorError("gpu executor: layer '" + layer_.name + "': NaN in " +
-                              plan_.tensor(s.inputs[0]).name + " (recipe nan = error)");
+        if (std::isnan(v)) culprit = plan_.tensor(s.inputs[0]).name;
       }
     }
+  // The group's verdict: every rank fails the step, or none does, so no
+  // rank goes on into the update's collectives alone (and no rank's state
+  // takes a NaN another rank refused).
+  float flag = culprit.empty() ? 0.0f : 1.0f;
+  if (r_.comm.size() > 1) {
+    const CUdeviceptr d = scratch_.get() + scratch_.bytes() - 8;
+    FP8C_CU(driver().cuMemcpyHtoD(d, &flag, 4));
+    r_.comm.all_reduce(d, d, 1, DType::kFloat32, ReduceOp::kMax, r_.stream);
+    r_.comm.synchronize(r_.stream);
+    FP8C_CU(driver().cuMemcpyDtoH(&flag, d, 4));
+  }
+  if (flag != 0.0f)
+    throw ExecutorError("gpu executor: layer '" + layer_.name + "': NaN in " +
+                        (culprit.empty() ? std::string("a tensor on another rank") : culprit) +
+                        " (recipe nan = error); the step is not applied");
 }
 
 void GpuRankExecutor::run_pass(const char* pass, const std::vector<Step>& steps,
@@ -354,8 +376,8 @@ void GpuRankExecutor::run_pass(const char* pass, const std::vector<Step>& steps,
       for (int id : s.inputs) {
         const int from = producer_[static_cast<std::size_t>(id)];
         if (from >= 0 && produced_on_comm_[static_cast<std::size_t>(id)] != on_comm)
-          FP8C_CU(cu.cuStreamWaitEvent(r_.stream, step_events_[static_cast<std::size_t>(from)]->get(),
-                                       0));
+          FP8C_CU(cu.cuStreamWaitEvent(r_.stream,
+                                       step_events_[static_cast<std::size_t>(from)]->get(), 0));
       }
     if (profiler_) {
       std::string label =
@@ -368,6 +390,12 @@ void GpuRankExecutor::run_pass(const char* pass, const std::vector<Step>& steps,
       execute(s, kernels[i]);
     } catch (...) {
       r_.stream = main;
+      if (split) {
+        // Whatever the pass already enqueued on the comm stream finishes
+        // before anything after it on the main stream (and before buffers go).
+        join_->record(r_.comm_stream);
+        cu.cuStreamWaitEvent(main, join_->get(), 0);
+      }
       throw;
     }
     if (profiler_) profiler_->end(r_.stream);
@@ -837,6 +865,10 @@ void GpuRankExecutor::gemm(const Step& s) {
     finish();
     return;
   }
+  if (g.bias || g.activation != Activation::none || g.aux || g.d_amax)
+    throw ExecutorError(
+        "gpu executor: a segmented-K GEMM with an epilogue (bias, activation, "
+        "amax) is not supported: it would apply per segment");
   if (seg->scaling != Scaling::per_tensor && seg->scaling != Scaling::none)
     throw ExecutorError("gpu executor: a segmented-K GEMM of block-scaled " + seg->name +
                         " is not supported yet");
@@ -857,7 +889,6 @@ void GpuRankExecutor::gemm(const Step& s) {
     g.a = view(a, ta);
     g.b = view(b, tb);
     g.accumulate = s.accumulate || r > 0;
-    if (r > 0) g.d_amax = 0;
     std::string why;
     if (!r_.gemm.supports(g, &why))
       throw ExecutorError("gpu executor: layer '" + layer_.name + "': segmented-K " +

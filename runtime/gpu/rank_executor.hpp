@@ -1,8 +1,9 @@
 // The GPU executor for one rank of one layer: the same LayerPlan the CPU
 // reference executor runs, step for step, with generated kernels, a GEMM
-// runner and a device communicator, all enqueued on one stream. Collectives
-// are ordered with the kernels on that stream (NCCL semantics); the
-// communicator's synchronize() bounds every wait by its timeout.
+// runner and a device communicator, enqueued on one stream, or, where the
+// layout asks for overlap, with the collectives on a second stream ordered
+// by events. The communicator's synchronize() bounds every wait by its
+// timeout.
 //
 // Buffers: one device arena holds every tensor of the plan; externals (x, w,
 // b, dy) either live there (upload) or are bound to the caller's device
@@ -125,7 +126,7 @@ class GpuRankExecutor {
   CUdeviceptr at(int id) const { return addresses_.at(static_cast<std::size_t>(id)); }
   std::string key(int id) const { return cpu::tensor_key(plan_, id); }
   void zero(CUdeviceptr p, std::size_t bytes);
-  void check_nan() const;
+  void check_nan();
 
   const Layer& layer_;
   const LayerPlan& plan_;
@@ -147,7 +148,7 @@ class GpuRankExecutor {
   // wrote each tensor in this pass.
   std::vector<std::unique_ptr<Event>> step_events_;
   std::unique_ptr<Event> fork_, join_;
-  std::vector<int> producer_;          // step index, -1: before this pass
+  std::vector<int> producer_;  // step index, -1: before this pass
   std::vector<bool> produced_on_comm_;
 };
 

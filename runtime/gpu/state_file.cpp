@@ -1,8 +1,8 @@
 #include "runtime/gpu/state_file.hpp"
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <sstream>
 #include <stdexcept>
 
@@ -13,10 +13,12 @@ namespace {
 
 constexpr const char* kMagic = "fp8c-state 1";
 
+// Exact and locale-independent: std::to_chars / from_chars in hex, never
+// printf's %a or strtod, which follow LC_NUMERIC.
 std::string hex_float(float v) {
   char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%a", static_cast<double>(v));
-  return buffer;
+  const auto r = std::to_chars(buffer, buffer + sizeof buffer, v, std::chars_format::hex);
+  return std::string(buffer, r.ptr);
 }
 
 [[noreturn]] void fail(const std::string& what, int line, const std::string& problem) {
@@ -25,16 +27,37 @@ std::string hex_float(float v) {
 }
 
 float parse_float(const std::string& token, const std::string& what, int line) {
-  char* end = nullptr;
-  const double v = std::strtod(token.c_str(), &end);
-  if (token.empty() || end != token.c_str() + token.size())
-    fail(what, line, "'" + token + "' is not a number");
-  return static_cast<float>(v);
+  float v = 0.0f;
+  const auto r =
+      std::from_chars(token.data(), token.data() + token.size(), v, std::chars_format::hex);
+  if (token.empty() || r.ec != std::errc() || r.ptr != token.data() + token.size())
+    fail(what, line, "'" + token + "' is not a hexadecimal float");
+  return v;
+}
+
+bool usable_scale(float v) {
+  return v > 0.0f && std::isfinite(v);
+}
+
+bool usable_amax(float v) {
+  return v >= 0.0f && std::isfinite(v);
 }
 
 }  // namespace
 
 std::string format_state_file(const LayerStates& states) {
+  // What parse_state_file would refuse is not written either: a state that
+  // cannot be loaded back is not a checkpoint.
+  for (const auto& [layer, state] : states)
+    for (const auto& [key, d] : state.delayed) {
+      if (!usable_scale(d.scale))
+        throw std::runtime_error("layer '" + layer + "' tensor '" + key + "' has scale " +
+                                 hex_float(d.scale) + " (not a positive finite number)");
+      for (float h : d.history)
+        if (!usable_amax(h))
+          throw std::runtime_error("layer '" + layer + "' tensor '" + key +
+                                   "' has an amax history entry " + hex_float(h));
+    }
   std::ostringstream body;
   body << kMagic << "\n";
   for (const auto& [layer, state] : states) {
@@ -52,10 +75,12 @@ std::string format_state_file(const LayerStates& states) {
 
 LayerStates parse_state_file(const std::string& text, const std::string& what) {
   const auto at = text.rfind("checksum ");
-  if (text.rfind(kMagic, 0) != 0)
+  const std::string first_line = std::string(kMagic) + "\n";
+  if (text.compare(0, first_line.size(), first_line) != 0)
     fail(what, 1, "the first line is not '" + std::string(kMagic) + "'");
   if (at == std::string::npos || (at > 0 && text[at - 1] != '\n'))
-    fail(what, 0, "no checksum line (truncated?)");
+    fail(what, static_cast<int>(std::count(text.begin(), text.end(), '\n')) + 1,
+         "no checksum line at the end (truncated?)");
   const std::string body = text.substr(0, at);
   std::string stored = text.substr(at + 9);
   while (!stored.empty() && (stored.back() == '\n' || stored.back() == '\r')) stored.pop_back();
@@ -75,8 +100,9 @@ LayerStates parse_state_file(const std::string& text, const std::string& what) {
     std::string word;
     words >> word;
     if (word == "layer") {
-      std::string name;
+      std::string name, extra;
       if (!(words >> name)) fail(what, number, "a layer line without a name");
+      if (words >> extra) fail(what, number, "unexpected '" + extra + "' after the layer name");
       if (states.count(name)) fail(what, number, "layer '" + name + "' appears twice");
       current = &states[name];
     } else if (word == "tensor") {
@@ -88,14 +114,18 @@ LayerStates parse_state_file(const std::string& text, const std::string& what) {
         fail(what, number, "expected 'tensor NAME scale S history N V...'");
       cpu::DelayedScale d;
       d.scale = parse_float(scale, what, number);
-      if (!(d.scale > 0.0f) || std::isinf(d.scale))
+      if (!usable_scale(d.scale))
         fail(what, number, "scale " + scale + " of '" + key + "' is not a positive finite number");
       if (count > (1u << 24))
         fail(what, number, "history of " + std::to_string(count) + " entries");
       for (std::size_t i = 0; i < count; ++i) {
         std::string v;
         if (!(words >> v)) fail(what, number, "history of '" + key + "' is short");
-        d.history.push_back(parse_float(v, what, number));
+        const float h = parse_float(v, what, number);
+        if (!usable_amax(h))
+          fail(what, number,
+               "amax history entry " + v + " of '" + key + "' is not finite and non-negative");
+        d.history.push_back(h);
       }
       if (words >> word) fail(what, number, "unexpected '" + word + "' after the history");
       if (current->delayed.count(key)) fail(what, number, "tensor '" + key + "' appears twice");

@@ -100,9 +100,10 @@ TEST(GpuExecutor, OverlappedCollectivesPassTheSameChecks) {
     for (const char* mode : {"column", "row"}) {
       SCOPED_TRACE(std::string(overlap) + " " + mode);
       const std::string text =
-          std::string("layer l = linear {\n  in = 512  out = 1024  bias = true  activation = gelu\n"
-                      "  recipe = delayed { history = 4 }\n"
-                      "  layout = { tensor_parallel = 4  sequence_parallel = true  overlap = ") +
+          std::string(
+              "layer l = linear {\n  in = 512  out = 1024  bias = true  activation = gelu\n"
+              "  recipe = delayed { history = 4 }\n"
+              "  layout = { tensor_parallel = 4  sequence_parallel = true  overlap = ") +
           overlap + " } " + mode + "\n}\n";
       cpu::VerifyOptions o;
       o.tokens = 512;

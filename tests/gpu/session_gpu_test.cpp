@@ -122,6 +122,28 @@ TEST(Session, StateRoundTripsThroughAFile) {
   EXPECT_EQ(std::string((std::istreambuf_iterator<char>(f3)), {}), t2);
 }
 
+// save_state right after backward (no synchronize) saves the updated state:
+// the session waits for its own work first.
+TEST(Session, SaveRightAfterBackwardSeesTheUpdate) {
+  REQUIRE_GPU();
+  Session s(write_spec("nosync", kDelayedLayer), options_for(128));
+  const Layer& l = s.spec().layers[0];
+  Outputs o(128, l.in, l.out);
+  const cpu::LayerData d = cpu::random_layer_data(l, 128, 9);
+  Bf16Buffer x(d.x, 128, l.in), w(d.w, l.out, l.in), b(d.b, l.out, 1), dy(d.dy, 128, l.out);
+  s.forward("l", {x.ref, w.ref, b.ref}, o.ry);
+  s.backward("l", dy.ref, {o.rdx, o.rdw, o.rdb});
+  const std::string first = (fs::temp_directory_path() / "fp8c_session_nosync_1.txt").string();
+  const std::string second = (fs::temp_directory_path() / "fp8c_session_nosync_2.txt").string();
+  s.save_state(first);
+  s.synchronize();
+  s.save_state(second);
+  std::ifstream a(first), c(second);
+  const std::string ta((std::istreambuf_iterator<char>(a)), {});
+  EXPECT_EQ(ta, std::string((std::istreambuf_iterator<char>(c)), {}));
+  EXPECT_EQ(ta.find("history 4 0p+0 0p+0 0p+0 0p+0"), std::string::npos) << "no update saved";
+}
+
 TEST(Session, ANanStepUnderNanErrorLeavesTheStateAsItWas) {
   REQUIRE_GPU();
   Session s(write_spec("nan", kDelayedLayer), options_for(128));

@@ -2,6 +2,7 @@
 // always run.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -10,6 +11,7 @@
 #include "runtime/dynamic_library.hpp"
 #include "runtime/gpu/rank_executor.hpp"
 #include "runtime/gpu/state_file.hpp"
+#include "runtime/sha256.hpp"
 
 namespace fp8c::runtime {
 namespace {
@@ -49,18 +51,47 @@ TEST(StateFile, EveryCorruptionIsRefusedWithItsReason) {
   refused("", "not an fp8c state file");
   refused(good.substr(0, good.size() / 2), "checksum");
   std::string flipped = good;
-  flipped[good.find("0x1.2") + 3] ^= 1;
+  flipped[good.find("scale ") + 8] ^= 1;
   refused(flipped, "checksum does not match");
+  std::string ten = good;
+  ten.insert(std::string("fp8c-state 1").size(), "0");
+  refused(ten, "the first line");
   std::string version = good;
   version[11] = '2';
   refused(version, "the first line");
   refused("fp8c-state 1\nwhat\nchecksum 00\n", "checksum");
 }
 
-TEST(StateFile, ANegativeScaleIsRefusedEvenWithAGoodChecksum) {
+// A body with a valid checksum, so only the value checks can refuse it.
+std::string signed_file(const std::string& body) {
+  return body + "checksum " + to_hex(sha256(body)) + "\n";
+}
+
+TEST(StateFile, ValuesThatCannotBeAStateAreRefusedEvenWithAGoodChecksum) {
+  const auto refused = [](const std::string& body, const std::string& why) {
+    try {
+      parse_state_file(signed_file(body), "f");
+      ADD_FAILURE() << "accepted:\n" << body;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  refused("fp8c-state 1\nlayer l\ntensor x scale -1p+0 history 0\n", "not a positive finite");
+  refused("fp8c-state 1\nlayer l\ntensor x scale inf history 0\n", "not a positive finite");
+  refused("fp8c-state 1\nlayer l\ntensor x scale 0x1p+0 history 0\n", "not a hexadecimal float");
+  refused("fp8c-state 1\nlayer l\ntensor x scale 1p+0 history 1 -1p+0\n",
+          "not finite and non-negative");
+  refused("fp8c-state 1\nlayer l extra\n", "after the layer name");
+  refused("fp8c-state 1\nlayer l\ntensor x scale 1p+0 history 2 1p+0\n", "short");
+}
+
+TEST(StateFile, TheWriterRefusesWhatTheReaderWouldToo) {
   LayerStates s = sample();
   s["fc1"].delayed["x"].scale = -1.0f;
-  EXPECT_THROW(parse_state_file(format_state_file(s), "f"), std::runtime_error);
+  EXPECT_THROW(format_state_file(s), std::runtime_error);
+  s = sample();
+  s["fc1"].delayed["dz"].history[1] = NAN;
+  EXPECT_THROW(format_state_file(s), std::runtime_error);
 }
 
 TEST(Session, WithoutADriverTheErrorNamesLibcuda) {

@@ -123,7 +123,10 @@ int run_verify(const Args& args) {
   const std::optional<Spec> loaded = load_spec_reporting(file);
   if (!loaded) return 1;
   const Spec& spec = *loaded;
-  if (backend) {
+  if (on_gpu) {
+    // The CPU reference beside the GPU runs its ranks in-process.
+    options.executor.backend = collectives::Backend::kInProcess;
+  } else if (backend) {
     // Asked for gloo and it does not load: an error (GlooUnavailable, exit 1)
     // from the first group, not a silent change of backend.
     options.executor.backend = *backend;
@@ -137,7 +140,6 @@ int run_verify(const Args& args) {
               << why << "\n";
     options.executor.backend = collectives::Backend::kInProcess;
   }
-  if (on_gpu) options.executor.backend = collectives::Backend::kInProcess;
   cpu::VerifyReport report;
   try {
     if (on_gpu && nccl) {
@@ -147,6 +149,11 @@ int run_verify(const Args& args) {
       runtime::Device device(boot.local_rank);
       runtime::Jit jit(device.arch(),
                        runtime::CubinCache(runtime::CubinCache::default_directory()));
+      if (options.ranks && *options.ranks != static_cast<std::uint32_t>(boot.world_size)) {
+        std::cerr << "fp8c verify: --ranks " << *options.ranks << " but the launcher started "
+                  << boot.world_size << " ranks (WORLD_SIZE)\n";
+        return 2;
+      }
       auto comm = runtime::make_nccl_communicator(boot, boot.local_rank, options.executor.timeout);
       report = runtime::verify_rank_on_gpu(spec, options, device, jit, *comm);
     } else if (on_gpu) {
