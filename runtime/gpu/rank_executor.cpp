@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 
@@ -152,11 +153,17 @@ GpuRankExecutor::GpuRankExecutor(const Layer& layer, const LayerPlan& plan,
         std::pair{&plan.update, &update_kernels_}})
     for (const Step& s : *steps) kernels->push_back(kernels_for_step(plan, s, layer));
 
+  // The kernels take extents as int: refuse what does not fit, by name.
+  for (const Tensor& t : plan.tensors)
+    for (const Dim& d : t.dims)
+      if (d.local > static_cast<std::uint64_t>(std::numeric_limits<int>::max()))
+        throw ExecutorError("gpu executor: " + t.name + "'s dim '" + d.name + "' has " +
+                            std::to_string(d.local) + " elements, more than the kernels index");
+
   // Lay out the arena: 256-byte aligned tensors; per-tensor scales as
   // (scale, inverse) pairs; delayed-scaling state as views.
   const std::size_t n = plan.tensors.size();
   addresses_.assign(n, 0);
-  slot_bytes_.assign(n, 0);
   state_view_.assign(n, false);
   written_.assign(n, false);
   std::vector<std::size_t> offsets(n, 0);
@@ -186,7 +193,6 @@ GpuRankExecutor::GpuRankExecutor(const Layer& layer, const LayerPlan& plan,
     std::size_t bytes = std::max<std::size_t>(t.bytes(), 4);
     if (is_per_tensor_scale(plan, t.id)) bytes = 32;  // scale at +0, inverse at +16
     offsets[i] = total;
-    slot_bytes_[i] = bytes;
     total += round_up(bytes, 256);
   }
   arena_ = DeviceBuffer(std::max<std::size_t>(total, 256));
@@ -259,7 +265,6 @@ void GpuRankExecutor::bind(std::string_view k, CUdeviceptr data) {
                         "' is not a tensor the caller can provide");
   if (data == 0) throw ExecutorError("gpu executor: null device pointer for " + std::string(k));
   addresses_[static_cast<std::size_t>(id)] = data;
-  slot_bytes_[static_cast<std::size_t>(id)] = 0;
 }
 
 void GpuRankExecutor::upload_externals(const cpu::TensorStore& host) {
@@ -380,10 +385,14 @@ void GpuRankExecutor::run_pass(const char* pass, const std::vector<Step>& steps,
                                        step_events_[static_cast<std::size_t>(from)]->get(), 0));
       }
     if (profiler_) {
-      std::string label =
-          layer_.name + " " + pass + " " + std::to_string(i) + " " + std::string(to_string(s.kind));
-      if (s.kind == StepKind::gemm) label += " " + std::string(to_string(s.role));
-      if (!s.inputs.empty()) label += " " + plan_.tensor(s.inputs[0]).name;
+      // Appended piece by piece: GCC 12 warns (-Wrestrict, falsely) on
+      // "literal" + std::string temporaries.
+      std::string label = layer_.name;
+      ((label += ' ') += pass) += ' ';
+      (label += std::to_string(i)) += ' ';
+      label += to_string(s.kind);
+      if (s.kind == StepKind::gemm) (label += ' ') += to_string(s.role);
+      if (!s.inputs.empty()) (label += ' ') += plan_.tensor(s.inputs[0]).name;
       profiler_->begin(label, s.kind, r_.stream);
     }
     try {

@@ -139,7 +139,6 @@ class GpuRankExecutor {
   DeviceBuffer staging_;          // dz before a block quantize that fuses no dact
   std::vector<bool> gathered_inner_;
   std::vector<CUdeviceptr> addresses_;
-  std::vector<std::size_t> slot_bytes_;  // bytes reserved per tensor in the arena (0: a view)
   std::vector<bool> state_view_;         // the address is in DeviceLayerState
   std::vector<bool> written_;
   StepProfiler* profiler_ = nullptr;

@@ -25,12 +25,12 @@ std::vector<cpu::RankStepResult> run_rank_on_gpu(const KernelSet& kernels, Devic
   DeviceLayerState state(layer, plan);
   state.upload(initial);
   std::vector<cpu::RankStepResult> results;
+  // One executor for every step, as a Session keeps one per layer.
+  GpuRankExecutor exec(layer, plan, {kernels, comm, *gemm, stream.get(), comm_stream.get()}, state);
   for (std::size_t i = 0; i < steps.size(); ++i) {
     if (i == 0 && r == options.fail_rank)
       throw ExecutorError("gpu executor: rank " + std::to_string(r) +
                           " failed on purpose (fault injection)");
-    GpuRankExecutor exec(layer, plan, {kernels, comm, *gemm, stream.get(), comm_stream.get()},
-                         state);
     cpu::TensorStore host(plan);
     const cpu::LayerState before = state.download();
     cpu::fill_external_tensors(layer, host, before, steps[i], r);
