@@ -77,9 +77,10 @@ TEST(CpuSeedGatherLastDim, PermutedGatherEqualsUnshardedTensor) {
         EXPECT_EQ(c.at("l.x.fp8.col.gathered.permuted").bytes, whole.bytes);
         // The raw gather is rank-major: not the tensor (the TE #530 trap).
         EXPECT_NE(c.at("l.x.fp8.col.gathered").bytes, whole.bytes);
-        if (recipe == "mxfp8")
+        if (recipe == "mxfp8") {
           EXPECT_EQ(c.at("l.x.fp8.col.scale_inv.gathered.permuted").bytes,
                     r1[0][0].captured.at("l.x.fp8.col.scale_inv").bytes);
+        }
       }
     }
   }
@@ -156,8 +157,9 @@ TEST(CpuSeedSaveOriginalDebug, SameWgradAndColumnwiseOnlyRequantize) {
         EXPECT_TRUE(s.columnwise);
         EXPECT_EQ(s.outputs[0], "l.x.fp8.col");
       }
-      if (s.kind == StepKind::all_gather && s.inputs[0].rfind("l.x", 0) == 0)
+      if (s.kind == StepKind::all_gather && s.inputs[0].rfind("l.x", 0) == 0) {
         EXPECT_NE(s.inputs[0].find(".fp8.col"), std::string::npos) << s.inputs[0];
+      }
     }
     EXPECT_EQ(requantized, 1);
   }

@@ -76,9 +76,10 @@ TEST(GpuSeedGatherLastDim, PermutedGatherEqualsUnshardedTensor) {
         const auto& c = rank[0].captured;
         EXPECT_EQ(c.at("l.x.fp8.col.gathered.permuted").bytes, whole.bytes);
         EXPECT_NE(c.at("l.x.fp8.col.gathered").bytes, whole.bytes);  // rank-major: not the tensor
-        if (recipe == "mxfp8")
+        if (recipe == "mxfp8") {
           EXPECT_EQ(c.at("l.x.fp8.col.scale_inv.gathered.permuted").bytes,
                     r1[0][0].captured.at("l.x.fp8.col.scale_inv").bytes);
+        }
       }
     }
   }
