@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The binaries the GPU machine runs, stripped, in the layout bench/gpu.sh
+# and scripts/multi_gpu.sh expect (about 14 MB; the device tool carries at
+# most 64 MiB):
+#   scripts/gpu_bundle.sh [BUILD_DIR] [OUT_DIR]    (default: build build-gpu)
+# then carry OUT_DIR and run `bench/gpu.sh OUT_DIR <commit>` there.
+set -euo pipefail
+build=${1:-build}
+out=${2:-build-gpu}
+rm -rf "$out"
+for f in tests/runtime/runtime_tests tests/gpu/gpu_executor_tests tests/multigpu/multi_gpu_tests \
+         tools/fp8c examples/host/gpt_mlp_step bench/layer_bench bench/quantize_bench \
+         bench/mlp_multi_gpu_bench; do
+  mkdir -p "$out/$(dirname "$f")"
+  cp "$build/$f" "$out/$f"
+  strip "$out/$f"
+done
+du -sh "$out"
