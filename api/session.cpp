@@ -208,9 +208,14 @@ struct Session::Impl {
   // communicator, so a hung one fails within its timeout).
   void finish_all() {
     device.make_current();
-    comm->synchronize(stream.get());
     comm->synchronize(comm_stream.get());
-    for (auto& [name, run] : layers) comm->synchronize(run.exec->stream());
+    comm->synchronize(stream.get());
+    // Callers' streams too (they may have been destroyed since: a context
+    // synchronize does not name them). A hung collective there ends when
+    // the watchdog aborts it.
+    device.synchronize();
+    if (comm->poisoned())
+      throw SessionError("fp8c: a collective failed; the session's communicator is unusable");
   }
 };
 
