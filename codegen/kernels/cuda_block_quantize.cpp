@@ -126,17 +126,11 @@ __device__ __forceinline__ float mx_multiplier(u32 code) {
   return __uint_as_float((254u - code) << 23);
 }
 
-// Eight consecutive elements of a row as loaded (raw8), and as floats.
+)" << cuda_row_loads()
+    << R"(
+// Bounds-checked: the elements at c + j < cols of a row < rows, +0 for the
+// rest (edge tiles; load_raw for whole rows of 8).
 #if WIDE
-struct raw8 { float4 a, b; };
-__device__ __forceinline__ raw8 load_raw(const in_t* __restrict__ p, long long offset) {
-  const float4* v = reinterpret_cast<const float4*>(p + offset);
-  raw8 r;
-  r.a = v[0];
-  r.b = v[1];
-  return r;
-}
-// Bounds-checked: the elements at c + j < cols of a row < rows, +0 for the rest.
 __device__ __forceinline__ raw8 load_checked(const in_t* __restrict__ p, int r, int c, int rows,
                                              int cols, bool wide) {
   raw8 w;
@@ -151,15 +145,7 @@ __device__ __forceinline__ raw8 load_checked(const in_t* __restrict__ p, int r, 
   w.b = make_float4(e[4], e[5], e[6], e[7]);
   return w;
 }
-__device__ __forceinline__ void decode(const raw8& r, float v[8]) {
-  v[0] = r.a.x; v[1] = r.a.y; v[2] = r.a.z; v[3] = r.a.w;
-  v[4] = r.b.x; v[5] = r.b.y; v[6] = r.b.z; v[7] = r.b.w;
-}
 #else
-typedef uint4 raw8;
-__device__ __forceinline__ raw8 load_raw(const in_t* __restrict__ p, long long offset) {
-  return *reinterpret_cast<const uint4*>(p + offset);
-}
 __device__ __forceinline__ raw8 load_checked(const in_t* __restrict__ p, int r, int c, int rows,
                                              int cols, bool wide) {
   raw8 w = make_uint4(0u, 0u, 0u, 0u);
@@ -172,12 +158,6 @@ __device__ __forceinline__ raw8 load_checked(const in_t* __restrict__ p, int r, 
   for (int j = 0; j < 8; ++j)
     if (c + j < cols) h[j >> 1] |= u32(e[j]) << (16 * (j & 1));
   return make_uint4(h[0], h[1], h[2], h[3]);
-}
-__device__ __forceinline__ void decode(const raw8& w, float v[8]) {
-  unpack2(w.x, in_t(), v[0], v[1]);
-  unpack2(w.y, in_t(), v[2], v[3]);
-  unpack2(w.z, in_t(), v[4], v[5]);
-  unpack2(w.w, in_t(), v[6], v[7]);
 }
 #endif
 
@@ -236,15 +216,8 @@ __device__ __forceinline__ void decode_again(const raw8& w, float v[8]) {
 }
 #endif
 
-// Outputs are written once and not read again by this kernel: streaming
-// stores (evict-first) keep them from pushing the inputs out of L2.
-__device__ __forceinline__ void store_streaming(u8* p, uint2 v) {
-  asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" :: "l"(p), "r"(v.x), "r"(v.y) : "memory");
-}
-__device__ __forceinline__ void store_streaming(u8* p, u32 v) {
-  asm volatile("st.global.cs.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
-}
-
+)" << cuda_streaming_stores()
+    << R"(
 // Eight FP8 bytes of one row, from the element x multiplier products.
 __device__ __forceinline__ uint2 pack8(const float v[8], float m) {
   uint2 r;

@@ -96,33 +96,7 @@ KernelSource emit_cuda(const EpilogueKernel& k) {
     << "#define WIDE " << bool_text(wide) << "\n"
     << "#define ROWS_PER_THREAD " << epilogue_tile_rows(k) / 4 << "\n"
     << "#define CHUNK " << (wide ? 4 : 8) << "\n";
-  s << R"(
-// Eight consecutive elements of a row (c % 8 == 0), as loaded and as floats.
-#if WIDE
-struct raw8 { float4 a, b; };
-__device__ __forceinline__ raw8 load_raw(const in_t* __restrict__ p, long long offset) {
-  const float4* q = reinterpret_cast<const float4*>(p + offset);
-  raw8 r;
-  r.a = q[0];
-  r.b = q[1];
-  return r;
-}
-__device__ __forceinline__ void decode(const raw8& r, float v[8]) {
-  v[0] = r.a.x; v[1] = r.a.y; v[2] = r.a.z; v[3] = r.a.w;
-  v[4] = r.b.x; v[5] = r.b.y; v[6] = r.b.z; v[7] = r.b.w;
-}
-#else
-typedef uint4 raw8;
-__device__ __forceinline__ raw8 load_raw(const in_t* __restrict__ p, long long offset) {
-  return *reinterpret_cast<const uint4*>(p + offset);
-}
-__device__ __forceinline__ void decode(const raw8& w, float v[8]) {
-  unpack2(w.x, in_t(), v[0], v[1]);
-  unpack2(w.y, in_t(), v[2], v[3]);
-  unpack2(w.z, in_t(), v[4], v[5]);
-  unpack2(w.w, in_t(), v[6], v[7]);
-}
-#endif
+  s << cuda_row_loads() << R"(
 
 // Eight values to eight consecutive elements (16-byte aligned).
 __device__ __forceinline__ void store8(float* p, const float v[8]) {

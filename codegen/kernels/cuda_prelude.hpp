@@ -14,6 +14,15 @@ namespace fp8c {
 // The prelude's text, with the conversions `format` needs.
 std::string cuda_prelude();
 
+// Eight consecutive elements of a row (16-byte aligned), as loaded (`raw8`,
+// `load_raw`) and as floats (`decode`). Needs `in_t`, and WIDE defined to
+// true for fp32 input (two float4) or false for 16-bit input (one uint4).
+std::string cuda_row_loads();
+
+// `store_streaming` of 8 and 4 FP8 bytes: st.global.cs, so outputs written
+// once do not push the inputs out of L2.
+std::string cuda_streaming_stores();
+
 // Name of the device type for a high-precision element ("bf16_t", ...).
 std::string cuda_storage_type(ElemType type);
 

@@ -63,45 +63,11 @@ KernelSource emit_cuda(const QuantizeKernel& k) {
     << "#define WIDE " << bool_text(wide) << "\n"
     << "#define ROWS_FIRST " << bool_text(k.rows_first) << "\n"
     << "#define LAUNCH_BOUNDS "
-    << (k.min_blocks_per_sm > 0 ? "__launch_bounds__(256, " + std::to_string(k.min_blocks_per_sm) + ")"
-                                : std::string("__launch_bounds__(256)"))
+    << (k.min_blocks_per_sm > 0
+            ? "__launch_bounds__(256, " + std::to_string(k.min_blocks_per_sm) + ")"
+            : std::string("__launch_bounds__(256)"))
     << "\n";
-  s << R"(
-// Eight consecutive elements of a row, as loaded (c % 8 == 0), and as floats.
-#if WIDE
-struct raw8 { float4 a, b; };
-__device__ __forceinline__ raw8 load_raw(const in_t* __restrict__ p, long long offset) {
-  const float4* q = reinterpret_cast<const float4*>(reinterpret_cast<const float*>(p) + offset);
-  raw8 r;
-  r.a = q[0];
-  r.b = q[1];
-  return r;
-}
-__device__ __forceinline__ void decode(const raw8& r, float v[8]) {
-  v[0] = r.a.x; v[1] = r.a.y; v[2] = r.a.z; v[3] = r.a.w;
-  v[4] = r.b.x; v[5] = r.b.y; v[6] = r.b.z; v[7] = r.b.w;
-}
-#else
-typedef uint4 raw8;
-__device__ __forceinline__ raw8 load_raw(const in_t* __restrict__ p, long long offset) {
-  return *reinterpret_cast<const uint4*>(p + offset);
-}
-__device__ __forceinline__ void decode(const raw8& w, float v[8]) {
-  unpack2(w.x, in_t(), v[0], v[1]);
-  unpack2(w.y, in_t(), v[2], v[3]);
-  unpack2(w.z, in_t(), v[4], v[5]);
-  unpack2(w.w, in_t(), v[6], v[7]);
-}
-#endif
-
-// Outputs are written once and not read again by this kernel: streaming
-// stores (evict-first) keep them from pushing the inputs out of L2.
-__device__ __forceinline__ void store_streaming(u8* p, uint2 v) {
-  asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" :: "l"(p), "r"(v.x), "r"(v.y) : "memory");
-}
-__device__ __forceinline__ void store_streaming(u8* p, u32 v) {
-  asm volatile("st.global.cs.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
-}
+  s << cuda_row_loads() << cuda_streaming_stores() << R"(
 
 extern "C" __global__ void LAUNCH_BOUNDS
 )" << k.name()
