@@ -108,17 +108,11 @@ struct Session::Impl {
             runtime::CubinCache(o.cache_dir.empty() ? runtime::CubinCache::default_directory()
                                                     : o.cache_dir)) {
     device.make_current();
-    std::vector<GeneratedKernel> all;
-    std::vector<ElemType> dbias;
-    for (const auto& lp : plan.layers) {
-      const Layer& layer = *spec.find_layer(lp.layer);
-      auto k = runtime::layer_kernels(layer, lp);
-      for (auto& g : k.kernels)
-        if (std::find(all.begin(), all.end(), g) == all.end()) all.push_back(g);
-      for (auto t : k.dbias_outputs)
-        if (std::find(dbias.begin(), dbias.end(), t) == dbias.end()) dbias.push_back(t);
-    }
-    kernels = std::make_unique<runtime::KernelSet>(jit, all, dbias, o.compile_threads);
+    runtime::LayerKernels all;
+    for (const auto& lp : plan.layers)
+      all.merge(runtime::layer_kernels(*spec.find_layer(lp.layer), lp));
+    kernels = std::make_unique<runtime::KernelSet>(jit, all.kernels, all.dbias_outputs,
+                                                   o.compile_threads);
     for (const auto& c : kernels->compiled())
       reports.push_back(
           {c.name, c.milliseconds, c.cache == runtime::CacheOutcome::hit, c.registers});

@@ -100,6 +100,15 @@ EpilogueKernel activation_kernel(const LayerPlan& plan, const Step& s) {
 
 }  // namespace
 
+void LayerKernels::merge(LayerKernels other) {
+  for (auto& g : other.kernels)
+    if (std::find(kernels.begin(), kernels.end(), g) == kernels.end())
+      kernels.push_back(std::move(g));
+  for (ElemType t : other.dbias_outputs)
+    if (std::find(dbias_outputs.begin(), dbias_outputs.end(), t) == dbias_outputs.end())
+      dbias_outputs.push_back(t);
+}
+
 LayerKernels layer_kernels(const Layer& layer, const LayerPlan& plan) {
   LayerKernels out;
   std::string missing;
@@ -114,15 +123,12 @@ LayerKernels layer_kernels(const Layer& layer, const LayerPlan& plan) {
         for (int i : {0, 1})
           k.kernels.push_back({operand_dequantize_kernel(plan.tensor(s.inputs[i]), layer)});
       if (activation_after_gemm(s)) k.kernels.push_back({activation_kernel(plan, s)});
-      for (auto& g : k.kernels)
-        if (std::find(out.kernels.begin(), out.kernels.end(), g) == out.kernels.end())
-          out.kernels.push_back(std::move(g));
+      LayerKernels step;
+      step.kernels = std::move(k.kernels);
       if ((s.kind == StepKind::quantize || s.kind == StepKind::epilogue) && s.fused_dbias)
         for (int id : s.outputs)
-          if (cpu::tensor_key(plan, id) == "db" &&
-              std::find(out.dbias_outputs.begin(), out.dbias_outputs.end(), plan.tensor(id).type) ==
-                  out.dbias_outputs.end())
-            out.dbias_outputs.push_back(plan.tensor(id).type);
+          if (cpu::tensor_key(plan, id) == "db") step.dbias_outputs.push_back(plan.tensor(id).type);
+      out.merge(std::move(step));
     }
   }
   if (!missing.empty())
@@ -506,7 +512,7 @@ void GpuRankExecutor::epilogue(const Step& s, const StepKernels& k) {
         .launch(dbias, scratch_.get(), EpilogueLauncher::dbias_tiles(a.rows), a.cols, r_.stream);
 }
 
-CUdeviceptr GpuRankExecutor::dequantized(int id, CUdeviceptr into) {
+DequantizeArgs GpuRankExecutor::dequantize_args(int id, CUdeviceptr out) const {
   const Tensor& t = plan_.tensor(id);
   DequantizeArgs a;
   a.data = at(id);
@@ -514,29 +520,23 @@ CUdeviceptr GpuRankExecutor::dequantized(int id, CUdeviceptr into) {
     a.tensor_scale = slot(t.scale).scale;
   else
     a.block_scales = at(t.scale);
-  a.out = into;
+  a.out = out;
   a.outer = static_cast<int>(t.dims[static_cast<std::size_t>(t.outer_dim())].local);
   a.inner = static_cast<int>(t.dims[static_cast<std::size_t>(t.inner_dim())].local);
   a.segments = gathered_inner_[static_cast<std::size_t>(id)] ? r_.comm.size() : 1;
   a.segmented = t.segmented.has_value();
-  r_.kernels.dequantize(operand_dequantize_kernel(t, layer_)).launch(a, r_.stream);
+  return a;
+}
+
+CUdeviceptr GpuRankExecutor::dequantized(int id, CUdeviceptr into) {
+  r_.kernels.dequantize(operand_dequantize_kernel(plan_.tensor(id), layer_))
+      .launch(dequantize_args(id, into), r_.stream);
   return into;
 }
 
 void GpuRankExecutor::dequantize(const Step& s, const StepKernels& k) {
   const auto& d = std::get<DequantizeKernel>(k.kernels.at(0).description);
-  const Tensor& t = plan_.tensor(s.inputs[0]);
-  DequantizeArgs a;
-  a.data = at(t.id);
-  if (t.scaling == Scaling::per_tensor)
-    a.tensor_scale = slot(t.scale).scale;
-  else
-    a.block_scales = at(t.scale);
-  a.out = at(s.outputs[0]);
-  a.outer = static_cast<int>(t.dims[static_cast<std::size_t>(t.outer_dim())].local);
-  a.inner = static_cast<int>(t.dims[static_cast<std::size_t>(t.inner_dim())].local);
-  a.segments = gathered_inner_[static_cast<std::size_t>(t.id)] ? r_.comm.size() : 1;
-  a.segmented = t.segmented.has_value();
+  DequantizeArgs a = dequantize_args(s.inputs[0], at(s.outputs[0]));
   if (d.amax) {
     a.amax = scratch_.get() + scratch_.bytes() - 4;
     zero(a.amax, 4);

@@ -54,6 +54,8 @@ struct RankResources {
 struct LayerKernels {
   std::vector<GeneratedKernel> kernels;
   std::vector<ElemType> dbias_outputs;
+  // Adds what `other` has and this lacks (several layers, one kernel set).
+  void merge(LayerKernels other);
 };
 LayerKernels layer_kernels(const Layer& layer, const LayerPlan& plan);
 
@@ -121,6 +123,8 @@ class GpuRankExecutor {
   // layer dtype into scratch, then a high-precision GEMM.
   void dequantized_gemm(const Step& s, GemmArgs g);
   CUdeviceptr dequantized(int id, CUdeviceptr into);
+  // The arguments that dequantize FP8 tensor `id` (its scales, segments) into `out`.
+  DequantizeArgs dequantize_args(int id, CUdeviceptr out) const;
   GemmOperand operand(int id, const std::string& k_name) const;
   Slot slot(int scale_tensor) const;
   CUdeviceptr at(int id) const { return addresses_.at(static_cast<std::size_t>(id)); }
@@ -139,7 +143,7 @@ class GpuRankExecutor {
   DeviceBuffer staging_;          // dz before a block quantize that fuses no dact
   std::vector<bool> gathered_inner_;
   std::vector<CUdeviceptr> addresses_;
-  std::vector<bool> state_view_;         // the address is in DeviceLayerState
+  std::vector<bool> state_view_;  // the address is in DeviceLayerState
   std::vector<bool> written_;
   StepProfiler* profiler_ = nullptr;
   bool skip_collectives_ = false;
