@@ -13,28 +13,10 @@ namespace {
 using testing::layer_text;
 using testing::spec_from;
 
-struct Case {
-  std::string recipe;
-  std::string mode;
-  bool sp;
-  int ranks;
-};
-
-// Readable test names in ctest's listing instead of the Case's bytes.
-void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.recipe << " " << c.mode << (c.sp ? " sp" : "") << " ranks " << c.ranks;
-}
-
-std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  std::string r = info.param.recipe.substr(0, info.param.recipe.find(' '));
-  return r + "_" + info.param.mode + (info.param.sp ? "_sp" : "") + "_" +
-         std::to_string(info.param.ranks);
-}
-
-class CpuMatrix : public ::testing::TestWithParam<Case> {};
+class CpuMatrix : public ::testing::TestWithParam<testing::MatrixCase> {};
 
 TEST_P(CpuMatrix, NRanksEqualOneRankAndFloat64) {
-  const Case& c = GetParam();
+  const testing::MatrixCase& c = GetParam();
   // Sizes where every scaling block is whole on 8 ranks: out / 8 and
   // tokens / 8 are multiples of 128 for a column layer, in / 8 for a row one.
   const bool column = c.mode == "column";
@@ -51,19 +33,8 @@ TEST_P(CpuMatrix, NRanksEqualOneRankAndFloat64) {
     std::cout << format_report(report);
 }
 
-std::vector<Case> all_cases() {
-  std::vector<Case> cases;
-  for (std::string recipe : {"delayed { history = 4 }", "current", "blockwise", "mxfp8", "none"})
-    for (std::string mode : {"column", "row"})
-      for (bool sp : {false, true})
-        for (int ranks : {1, 2, 4, 8}) {
-          if (ranks == 1 && sp) continue;  // one rank: sequence parallelism is a no-op
-          cases.push_back({recipe, mode, sp, ranks});
-        }
-  return cases;
-}
-
-INSTANTIATE_TEST_SUITE_P(All, CpuMatrix, ::testing::ValuesIn(all_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(All, CpuMatrix, ::testing::ValuesIn(testing::matrix_cases()),
+                         testing::matrix_case_name);
 
 }  // namespace
 }  // namespace fp8c::cpu

@@ -20,9 +20,6 @@ namespace {
 using testing::layer_text;
 using testing::spec_from;
 
-const std::vector<std::string> kRecipes = {"delayed { history = 4 }", "current", "blockwise",
-                                           "mxfp8", "none"};
-
 LayerPlan plan_of(const Spec& spec, std::uint32_t ranks, std::uint64_t tokens) {
   PlanOptions o;
   o.ranks = ranks;
@@ -114,7 +111,7 @@ TEST(CpuSeedGatherLastDim, SegmentedGatherReadsAsUnshardedTensor) {
 // 128-token blocks would then differ from the unsharded run, so only the
 // per-tensor and MX recipes are compared there).
 TEST(CpuSeedSequenceParallelWgrad, EqualsWithoutSequenceParallelForEveryRecipe) {
-  for (const auto& recipe : kRecipes) {
+  for (const auto& recipe : testing::all_recipes()) {
     for (std::uint64_t per_rank : {128u, 64u}) {
       if (per_rank == 64 && recipe == "blockwise") continue;
       SCOPED_TRACE(recipe + ", tokens per rank " + std::to_string(per_rank));

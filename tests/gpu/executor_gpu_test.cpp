@@ -28,28 +28,11 @@ void expect_passes(const Spec& spec, const cpu::VerifyOptions& o) {
     std::cout << cpu::format_report(report);
 }
 
-struct Case {
-  std::string recipe;
-  std::string mode;
-  bool sp;
-  int ranks;
-};
-
-void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.recipe << " " << c.mode << (c.sp ? " sp" : "") << " ranks " << c.ranks;
-}
-
-std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  std::string r = info.param.recipe.substr(0, info.param.recipe.find(' '));
-  return r + "_" + info.param.mode + (info.param.sp ? "_sp" : "") + "_" +
-         std::to_string(info.param.ranks);
-}
-
-class GpuMatrix : public ::testing::TestWithParam<Case> {};
+class GpuMatrix : public ::testing::TestWithParam<cpu::testing::MatrixCase> {};
 
 TEST_P(GpuMatrix, GpuEqualsCpuReference) {
   REQUIRE_GPU();
-  const Case& c = GetParam();
+  const cpu::testing::MatrixCase& c = GetParam();
   const bool column = c.mode == "column";
   const int in = column ? 256 : 1024;
   const int out = column ? 1024 : 256;
@@ -61,19 +44,8 @@ TEST_P(GpuMatrix, GpuEqualsCpuReference) {
   expect_passes(spec, o);
 }
 
-std::vector<Case> all_cases() {
-  std::vector<Case> cases;
-  for (std::string recipe : {"delayed { history = 4 }", "current", "blockwise", "mxfp8", "none"})
-    for (std::string mode : {"column", "row"})
-      for (bool sp : {false, true})
-        for (int ranks : {1, 2, 4, 8}) {
-          if (ranks == 1 && sp) continue;
-          cases.push_back({recipe, mode, sp, ranks});
-        }
-  return cases;
-}
-
-INSTANTIATE_TEST_SUITE_P(All, GpuMatrix, ::testing::ValuesIn(all_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(All, GpuMatrix, ::testing::ValuesIn(cpu::testing::matrix_cases()),
+                         cpu::testing::matrix_case_name);
 
 class GpuExamples : public ::testing::TestWithParam<std::string> {};
 

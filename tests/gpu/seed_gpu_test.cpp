@@ -91,8 +91,7 @@ TEST(GpuSeedGatherLastDim, PermutedGatherEqualsUnshardedTensor) {
 // products summed in another order, within 1e-5 relative.
 TEST(GpuSeedSequenceParallelWgrad, EqualsWithoutSequenceParallelForEveryRecipe) {
   REQUIRE_GPU();
-  for (const std::string recipe :
-       {"delayed { history = 4 }", "current", "blockwise", "mxfp8", "none"}) {
+  for (const std::string& recipe : cpu::testing::all_recipes()) {
     for (std::uint64_t per_rank : {128u, 64u}) {
       if (per_rank == 64 && recipe == "blockwise") continue;  // blocks straddle the shards
       SCOPED_TRACE(recipe + ", tokens per rank " + std::to_string(per_rank));

@@ -65,18 +65,17 @@ Job& job() {
       const auto cache = std::filesystem::temp_directory_path() /
                          ("fp8c-multigpu-cache-" + std::to_string(job->boot.local_rank));
       job->jit = std::make_unique<Jit>(job->device->arch(), CubinCache(cache.string()));
-      job->comm =
-          make_nccl_communicator(job->boot, job->boot.local_rank, std::chrono::seconds(30));
+      job->comm = make_nccl_communicator(job->boot, job->boot.local_rank, std::chrono::seconds(30));
     }
     return job;
   }();
   return *j;
 }
 
-#define REQUIRE_JOB()                                         \
-  do {                                                        \
-    if (!job().skip.empty()) GTEST_SKIP() << job().skip;      \
-    job().device->make_current();                             \
+#define REQUIRE_JOB()                                    \
+  do {                                                   \
+    if (!job().skip.empty()) GTEST_SKIP() << job().skip; \
+    job().device->make_current();                        \
   } while (0)
 
 LayerPlan plan_of(const Spec& spec, std::uint32_t ranks, std::uint64_t tokens) {
@@ -128,8 +127,7 @@ TEST(MultiGpuSeedGatherLastDim, PermutedGatherEqualsUnshardedTensor) {
 TEST(MultiGpuSeedSequenceParallelWgrad, EqualsWithoutSequenceParallelForEveryRecipe) {
   REQUIRE_JOB();
   const int n = job().comm->size();
-  for (const std::string recipe :
-       {"delayed { history = 4 }", "current", "blockwise", "mxfp8", "none"}) {
+  for (const std::string& recipe : cpu::testing::all_recipes()) {
     SCOPED_TRACE(recipe);
     const Spec sp = spec_from(layer_text(recipe, "column", true, n, 256, 512));
     const Spec no_sp = spec_from(layer_text(recipe, "column", false, n, 256, 512));
