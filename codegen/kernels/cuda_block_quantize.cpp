@@ -38,27 +38,6 @@
 #include "codegen/kernels/cuda_prelude.hpp"
 
 namespace fp8c {
-namespace {
-
-const char* bool_text(bool b) {
-  return b ? "true" : "false";
-}
-
-std::string scaling_tag(Scaling s) {
-  switch (s) {
-    case Scaling::block_1x128:
-      return "b1x128";
-    case Scaling::block_128x128:
-      return "b128x128";
-    case Scaling::mx_1x32:
-      return "mx1x32";
-    default:
-      return "unsupported";
-  }
-}
-
-}  // namespace
-
 std::string BlockQuantizeKernel::name() const {
   std::string n = "block_quantize_" + std::string(to_string(input)) + "_" +
                   std::string(to_string(format)) + "_" + scaling_tag(scaling);
@@ -79,15 +58,15 @@ KernelSource emit_cuda(const BlockQuantizeKernel& k) {
   // alone, so 2.
   s << cuda_prelude();
   s << "typedef " << cuda_storage_type(k.input) << " in_t;\n"
-    << "#define ROWWISE " << bool_text(k.rowwise) << "\n"
-    << "#define COLUMNWISE " << bool_text(k.columnwise) << "\n"
-    << "#define MX " << bool_text(k.scaling == Scaling::mx_1x32) << "\n"
-    << "#define SQUARE " << bool_text(k.scaling == Scaling::block_128x128) << "\n"
-    << "#define POW2 " << bool_text(k.pow2) << "\n"
+    << "#define ROWWISE " << cuda_bool(k.rowwise) << "\n"
+    << "#define COLUMNWISE " << cuda_bool(k.columnwise) << "\n"
+    << "#define MX " << cuda_bool(k.scaling == Scaling::mx_1x32) << "\n"
+    << "#define SQUARE " << cuda_bool(k.scaling == Scaling::block_128x128) << "\n"
+    << "#define POW2 " << cuda_bool(k.pow2) << "\n"
     << "#define FP8_MAX " << (k.format == Fp8Format::e4m3 ? "448.0f" : "57344.0f") << "\n"
     << "#define ELEMENT_EMAX " << (k.format == Fp8Format::e4m3 ? 8 : 15) << "\n"
     << "#define PACK " << cuda_pack_function(k.format) << "\n"
-    << "#define WIDE " << bool_text(k.input == ElemType::fp32) << "\n"
+    << "#define WIDE " << cuda_bool(k.input == ElemType::fp32) << "\n"
     << "#define MIN_BLOCKS " << (k.input == ElemType::fp32 ? 2 : 4) << "\n";
   s << R"(
 // numerics::blockwise_scale: fp8_max / amax; 1 for a zero, Inf or NaN amax;

@@ -24,29 +24,6 @@
 #include "codegen/kernels/dequantize.hpp"
 
 namespace fp8c {
-namespace {
-
-const char* bool_text(bool b) {
-  return b ? "true" : "false";
-}
-
-std::string scaling_tag(Scaling s) {
-  switch (s) {
-    case Scaling::per_tensor:
-      return "tensor";
-    case Scaling::block_1x128:
-      return "b1x128";
-    case Scaling::block_128x128:
-      return "b128x128";
-    case Scaling::mx_1x32:
-      return "mx1x32";
-    default:
-      return "unsupported";
-  }
-}
-
-}  // namespace
-
 std::string DequantizeKernel::name() const {
   std::string n = "dequantize_" + std::string(to_string(format)) + "_" + scaling_tag(scaling) +
                   "_to_" + std::string(to_string(output));
@@ -65,13 +42,13 @@ KernelSource emit_cuda(const DequantizeKernel& k) {
   std::ostringstream s;
   s << cuda_prelude() << cuda_store_functions();
   s << "typedef " << out << " out_t;\n"
-    << "#define TRANSPOSE " << bool_text(k.transpose) << "\n"
-    << "#define AMAX " << bool_text(k.amax) << "\n"
-    << "#define PER_TENSOR " << bool_text(k.scaling == Scaling::per_tensor) << "\n"
-    << "#define MX " << bool_text(k.scaling == Scaling::mx_1x32) << "\n"
+    << "#define TRANSPOSE " << cuda_bool(k.transpose) << "\n"
+    << "#define AMAX " << cuda_bool(k.amax) << "\n"
+    << "#define PER_TENSOR " << cuda_bool(k.scaling == Scaling::per_tensor) << "\n"
+    << "#define MX " << cuda_bool(k.scaling == Scaling::mx_1x32) << "\n"
     << "#define BLOCK_OUTER " << (k.scaling == Scaling::block_128x128 ? 128 : 1) << "\n"
     << "#define BLOCK_INNER " << block_inner << "\n"
-    << "#define WIDE_OUT " << bool_text(k.output == ElemType::fp32) << "\n"
+    << "#define WIDE_OUT " << cuda_bool(k.output == ElemType::fp32) << "\n"
     << "#define CVT_X2 \"cvt.rn.f16x2." << (k.format == Fp8Format::e4m3 ? "e4m3x2" : "e5m2x2")
     << " %0, %1;\"\n";
   s << R"(

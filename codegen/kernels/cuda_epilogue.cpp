@@ -24,10 +24,6 @@
 namespace fp8c {
 namespace {
 
-const char* bool_text(bool b) {
-  return b ? "true" : "false";
-}
-
 bool is_high_precision(ElemType t) {
   return t == ElemType::bf16 || t == ElemType::fp16 || t == ElemType::fp32;
 }
@@ -82,18 +78,18 @@ KernelSource emit_cuda(const EpilogueKernel& k) {
                    : cuda_activation_function(k.activation));
   s << "typedef " << cuda_storage_type(k.input) << " in_t;\n"
     << "typedef " << (fp8 ? "u8" : cuda_storage_type(k.output)) << " out_t;\n"
-    << "#define BACKWARD " << bool_text(k.backward) << "\n"
-    << "#define BIAS " << bool_text(k.bias) << "\n"
-    << "#define STORE_PRE " << bool_text(k.store_pre) << "\n"
-    << "#define AMAX " << bool_text(k.amax) << "\n"
-    << "#define DBIAS " << bool_text(k.dbias) << "\n"
-    << "#define DACT " << bool_text(k.backward && k.activation != Activation::none) << "\n"
-    << "#define FP8_OUT " << bool_text(fp8) << "\n"
+    << "#define BACKWARD " << cuda_bool(k.backward) << "\n"
+    << "#define BIAS " << cuda_bool(k.bias) << "\n"
+    << "#define STORE_PRE " << cuda_bool(k.store_pre) << "\n"
+    << "#define AMAX " << cuda_bool(k.amax) << "\n"
+    << "#define DBIAS " << cuda_bool(k.dbias) << "\n"
+    << "#define DACT " << cuda_bool(k.backward && k.activation != Activation::none) << "\n"
+    << "#define FP8_OUT " << cuda_bool(fp8) << "\n"
     << "#define PACK "
     << (fp8 ? cuda_pack_function(k.output == ElemType::e4m3 ? Fp8Format::e4m3 : Fp8Format::e5m2)
             : "unused")
     << "\n"
-    << "#define WIDE " << bool_text(wide) << "\n"
+    << "#define WIDE " << cuda_bool(wide) << "\n"
     << "#define ROWS_PER_THREAD " << epilogue_tile_rows(k) / 4 << "\n"
     << "#define CHUNK " << (wide ? 4 : 8) << "\n";
   s << cuda_row_loads() << R"(

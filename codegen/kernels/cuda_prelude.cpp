@@ -71,6 +71,25 @@ __device__ __forceinline__ float scale_from_amax(float amax, float fp8_max, bool
 )";
 }
 
+const char* cuda_bool(bool b) {
+  return b ? "true" : "false";
+}
+
+std::string scaling_tag(Scaling scaling) {
+  switch (scaling) {
+    case Scaling::per_tensor:
+      return "tensor";
+    case Scaling::block_1x128:
+      return "b1x128";
+    case Scaling::block_128x128:
+      return "b128x128";
+    case Scaling::mx_1x32:
+      return "mx1x32";
+    default:
+      return "unsupported";
+  }
+}
+
 std::string cuda_row_loads() {
   return R"(
 // Eight consecutive elements of a row (c % 8 == 0), as loaded and as floats.

@@ -23,6 +23,13 @@ std::string cuda_row_loads();
 // once do not push the inputs out of L2.
 std::string cuda_streaming_stores();
 
+// "true" / "false", for the #defines the printers emit.
+const char* cuda_bool(bool b);
+
+// A scaling's short tag in kernel names: "tensor", "b1x128", "b128x128",
+// "mx1x32".
+std::string scaling_tag(Scaling scaling);
+
 // Name of the device type for a high-precision element ("bf16_t", ...).
 std::string cuda_storage_type(ElemType type);
 

@@ -22,14 +22,6 @@
 #include <stdexcept>
 
 namespace fp8c {
-namespace {
-
-const char* bool_text(bool b) {
-  return b ? "true" : "false";
-}
-
-}  // namespace
-
 std::string QuantizeKernel::name() const {
   std::string n =
       "quantize_" + std::string(to_string(input)) + "_" + std::string(to_string(format));
@@ -51,17 +43,17 @@ KernelSource emit_cuda(const QuantizeKernel& k) {
   std::ostringstream s;
   s << cuda_prelude() << cuda_activation_grad_function(k.dact);
   s << "typedef " << in << " in_t;\n"
-    << "#define ROWWISE " << bool_text(k.rowwise) << "\n"
-    << "#define COLUMNWISE " << bool_text(k.columnwise) << "\n"
-    << "#define AMAX " << bool_text(k.amax) << "\n"
-    << "#define DBIAS " << bool_text(k.dbias) << "\n"
-    << "#define DACT " << bool_text(k.dact != Activation::none) << "\n"
-    << "#define SCALE_FROM_AMAX " << bool_text(k.scale_from_amax) << "\n"
-    << "#define POW2 " << bool_text(k.pow2_scale) << "\n"
+    << "#define ROWWISE " << cuda_bool(k.rowwise) << "\n"
+    << "#define COLUMNWISE " << cuda_bool(k.columnwise) << "\n"
+    << "#define AMAX " << cuda_bool(k.amax) << "\n"
+    << "#define DBIAS " << cuda_bool(k.dbias) << "\n"
+    << "#define DACT " << cuda_bool(k.dact != Activation::none) << "\n"
+    << "#define SCALE_FROM_AMAX " << cuda_bool(k.scale_from_amax) << "\n"
+    << "#define POW2 " << cuda_bool(k.pow2_scale) << "\n"
     << "#define FP8_MAX " << (k.format == Fp8Format::e4m3 ? "448.0f" : "57344.0f") << "\n"
     << "#define PACK " << pack << "\n"
-    << "#define WIDE " << bool_text(wide) << "\n"
-    << "#define ROWS_FIRST " << bool_text(k.rows_first) << "\n"
+    << "#define WIDE " << cuda_bool(wide) << "\n"
+    << "#define ROWS_FIRST " << cuda_bool(k.rows_first) << "\n"
     << "#define LAUNCH_BOUNDS "
     << (k.min_blocks_per_sm > 0
             ? "__launch_bounds__(256, " + std::to_string(k.min_blocks_per_sm) + ")"
