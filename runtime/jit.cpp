@@ -48,7 +48,7 @@ CompiledKernel Jit::compile(const KernelSource& kernel) const {
     return out;
   }
   NvrtcOutput compiled =
-      compile_to_cubin(kernel.source, kernel.name + ".cu", arch_, kernel.options);
+      compile_to_cubin(kernel.source, kernel.name + ".cu", kernel.entry, arch_, kernel.options);
   out.registers = compiled.registers;
   out.spill_stores = compiled.spill_stores;
   out.spill_loads = compiled.spill_loads;

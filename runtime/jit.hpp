@@ -20,7 +20,7 @@ struct CompiledKernel {
   std::string entry;
   std::vector<char> cubin;
   int registers = -1;
-  int spill_stores = 0;
+  int spill_stores = 0;  // bytes; -1 if unknown (see NvrtcOutput)
   int spill_loads = 0;
   double milliseconds = 0;  // compile time, or cache read time on a hit
   CacheOutcome cache = CacheOutcome::compiled;

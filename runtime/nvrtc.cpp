@@ -4,10 +4,10 @@
 
 #include <chrono>
 #include <mutex>
-#include <shared_mutex>
 #include <regex>
 #include <stdexcept>
 
+#include "runtime/cubin_resources.hpp"
 #include "runtime/dynamic_library.hpp"
 
 namespace fp8c::runtime {
@@ -29,19 +29,14 @@ NvrtcApi load_nvrtc() {
 }
 
 // ptxas -v prints, per kernel, lines such as
-//   ptxas info    : Used 32 registers, used 0 barriers, 384 bytes cmem[0]
 //   0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+// (registers come from the cubin, which has them even when ptxas did not run).
 void parse_resource_usage(NvrtcOutput& out) {
   std::smatch m;
-  static const std::regex registers(R"(Used (\d+) registers)");
+  out.resources_in_log = out.log.find("bytes spill stores") != std::string::npos;
+  if (out.resources_in_log) out.spill_stores = out.spill_loads = 0;
   static const std::regex spills(R"((\d+) bytes spill stores, (\d+) bytes spill loads)");
-  std::string::const_iterator from = out.log.begin();
-  while (std::regex_search(from, out.log.cend(), m, registers)) {
-    out.registers = std::max(out.registers, std::stoi(m[1]));
-    from = m.suffix().first;
-  }
-  from = out.log.begin();
-  while (std::regex_search(from, out.log.cend(), m, spills)) {
+  for (auto from = out.log.cbegin(); std::regex_search(from, out.log.cend(), m, spills);) {
     out.spill_stores += std::stoi(m[1]);
     out.spill_loads += std::stoi(m[2]);
     from = m.suffix().first;
@@ -115,19 +110,21 @@ NvrtcOutput compile_once(const std::string& source, const std::string& name,
 }  // namespace
 
 NvrtcOutput compile_to_cubin(const std::string& source, const std::string& name,
-                             const std::string& arch, const std::vector<std::string>& options) {
-  // Seen on the H200 with 16 compiles at once: successful compiles whose log
-  // lacks ptxas's resource lines, so registers and spills are unknown (and a
-  // spill check would pass without evidence). Such a compile runs again with
-  // no other compile in the process (an exclusive lock; normal compiles share).
-  static std::shared_mutex compiles;
-  {
-    std::shared_lock shared(compiles);
-    NvrtcOutput out = compile_once(source, name, arch, options);
-    if (out.registers >= 0) return out;
+                             const std::string& entry, const std::string& arch,
+                             const std::vector<std::string>& options) {
+  NvrtcOutput out = compile_once(source, name, arch, options);
+  // The log has ptxas's resource lines only when ptxas ran: from CUDA 12.9
+  // NVRTC serves a repeated compile from the driver's compute cache where a
+  // driver is installed, and then the log is silent. The cubin is not.
+  const CubinResources resources = read_cubin_resources(out.cubin, entry);
+  out.registers = resources.registers;
+  out.stack_frame = resources.stack_frame;
+  if (!out.resources_in_log && resources.stack_frame == 0) {
+    // Spills live in the stack frame: without one there are none.
+    out.spill_stores = 0;
+    out.spill_loads = 0;
   }
-  std::unique_lock alone(compiles);
-  return compile_once(source, name, arch, options);
+  return out;
 }
 
 }  // namespace fp8c::runtime

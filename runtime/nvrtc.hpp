@@ -39,16 +39,22 @@ struct NvrtcOutput {
   std::vector<char> cubin;  // empty when compilation failed
   std::string log;          // NVRTC's and ptxas's messages
   double milliseconds = 0;
-  int registers = -1;    // from ptxas -v, -1 if not reported
-  int spill_stores = 0;  // bytes
-  int spill_loads = 0;   // bytes
+  int registers = -1;         // from the cubin
+  long long stack_frame = 0;  // bytes per thread, from the cubin
+  // Spill bytes from ptxas -v; -1 when ptxas did not report them (NVRTC served
+  // the compile from its cache) and the kernel has a stack frame to spill to.
+  int spill_stores = -1;
+  int spill_loads = -1;
+  bool resources_in_log = false;
 };
 
 // Compiles one CUDA C++ source to a CUBIN for `arch` (e.g. "sm_90a"), never
 // to PTX only: embedded PTX would be JIT-compiled by the driver at load
 // time, hiding both the cost and any ptxas error until then.
 // Throws std::runtime_error with the log when compilation fails.
+// `entry` is the kernel whose resources are reported.
 NvrtcOutput compile_to_cubin(const std::string& source, const std::string& name,
-                             const std::string& arch, const std::vector<std::string>& options);
+                             const std::string& entry, const std::string& arch,
+                             const std::vector<std::string>& options);
 
 }  // namespace fp8c::runtime

@@ -29,8 +29,8 @@ void expect_clean_compiles(const std::vector<KernelSource>& sources) {
       pending.erase(pending.begin());
     }
     pending.push_back(std::async(std::launch::async, [&, i] {
-      return compile_to_cubin(sources[i].source, sources[i].name + ".cu", "sm_90a",
-                              sources[i].options);
+      return compile_to_cubin(sources[i].source, sources[i].name + ".cu", sources[i].entry,
+                              "sm_90a", sources[i].options);
     }));
   }
   for (auto& p : pending) done.push_back(p.get());

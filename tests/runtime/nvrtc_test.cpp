@@ -23,7 +23,7 @@ TEST(Nvrtc, LoadsAndReportsVersion) {
 }
 
 TEST(Nvrtc, CompilesToCubinForHopper) {
-  const NvrtcOutput out = compile_to_cubin(kScale, "scale.cu", "sm_90a", {});
+  const NvrtcOutput out = compile_to_cubin(kScale, "scale.cu", "scale", "sm_90a", {});
   ASSERT_GE(out.cubin.size(), 4u);
   EXPECT_EQ(std::memcmp(out.cubin.data(),
                         "\x7f"
@@ -39,7 +39,7 @@ TEST(Nvrtc, CompilesToCubinForHopper) {
 
 TEST(Nvrtc, CompileErrorCarriesTheLog) {
   try {
-    compile_to_cubin("__global__ void broken( { }", "broken.cu", "sm_90a", {});
+    compile_to_cubin("__global__ void broken( { }", "broken.cu", "broken", "sm_90a", {});
     FAIL() << "a syntax error must throw";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("broken.cu"), std::string::npos) << e.what();
@@ -48,7 +48,7 @@ TEST(Nvrtc, CompileErrorCarriesTheLog) {
 }
 
 TEST(Nvrtc, UnknownArchitectureIsAnError) {
-  EXPECT_THROW(compile_to_cubin(kScale, "scale.cu", "sm_9000", {}), std::runtime_error);
+  EXPECT_THROW(compile_to_cubin(kScale, "scale.cu", "scale", "sm_9000", {}), std::runtime_error);
 }
 
 }  // namespace

@@ -162,16 +162,25 @@ int run_compile(const Args& args) {
   std::printf("%-44s %10s %10s %6s %7s %7s\n", "kernel", "ms", "cubin B", "regs", "spills",
               "cache");
   int spills = 0;
+  int unknown = 0;
   for (const auto& c : compiled) {
-    std::printf("%-44s %10.1f %10zu %6d %7d %7s\n", c.name.c_str(), c.milliseconds, c.cubin.size(),
-                c.registers, c.spill_stores + c.spill_loads, outcome(c.cache));
-    spills += c.spill_stores + c.spill_loads;
+    // -1: ptxas did not report spills (NVRTC's own cache) and the kernel has a stack frame.
+    const bool known = c.spill_stores >= 0 && c.spill_loads >= 0;
+    const std::string spilled = known ? std::to_string(c.spill_stores + c.spill_loads) : "?";
+    std::printf("%-44s %10.1f %10zu %6d %7s %7s\n", c.name.c_str(), c.milliseconds, c.cubin.size(),
+                c.registers, spilled.c_str(), outcome(c.cache));
+    if (known) spills += c.spill_stores + c.spill_loads;
+    unknown += known ? 0 : 1;
     if (!c.cache_warning.empty()) std::cerr << "warning: " << c.cache_warning << "\n";
   }
   std::printf("%zu kernels for %s in %.1f ms wall (cache %s)\n", compiled.size(), o.arch.c_str(),
               wall, jit.cache().directory().c_str());
   report_not_generated(*kernels);
   if (spills) std::cerr << "warning: " << spills << " bytes of register spills\n";
+  if (unknown)
+    std::cerr << "warning: spills of " << unknown
+              << " kernels unknown (NVRTC served them from its cache without ptxas's report; "
+                 "CUDA_CACHE_DISABLE=1 makes ptxas run)\n";
   return 0;
 }
 
