@@ -204,9 +204,11 @@ int main(int argc, char** argv) {
     QuantizeKernel delayed;
     delayed.rowwise = delayed.columnwise = delayed.amax = true;
     time_case("delayed_cast_transpose_amax", {delayed}, 4);
-    QuantizeKernel delayed_rows_first = delayed;
-    delayed_rows_first.rows_first = true;
-    time_case("delayed_cast_transpose_amax_rows_first", {delayed_rows_first}, 4);
+    for (int group : {8, 32, 128}) {  // 128 row tiles: a column band at a time at 16384 rows
+      QuantizeKernel grouped = delayed;
+      grouped.row_group = group;
+      time_case("delayed_cast_transpose_amax_row_group_" + std::to_string(group), {grouped}, 4);
+    }
     QuantizeKernel delayed_five = delayed;
     delayed_five.min_blocks_per_sm = 5;
     time_case("delayed_cast_transpose_amax_5_blocks_per_sm", {delayed_five}, 4);

@@ -37,9 +37,17 @@ void QuantizeLauncher::launch(const QuantizeArgs& a, CUstream stream) const {
                   const_cast<int*>(&a.rows),
                   const_cast<int*>(&a.cols)};
   LaunchShape shape;
-  shape.grid[0] = static_cast<unsigned>(tiles(a.cols));
-  shape.grid[1] = static_cast<unsigned>(tiles(a.rows));
-  if (kernel_.rows_first) std::swap(shape.grid[0], shape.grid[1]);
+  if (kernel_.row_group > 0) {
+    const long long blocks = static_cast<long long>(tiles(a.cols)) * tiles(a.rows);
+    if (blocks > 0x7FFFFFFFLL)
+      throw std::invalid_argument(kernel_.name() + ": " + std::to_string(a.rows) + " x " +
+                                  std::to_string(a.cols) +
+                                  " needs more blocks than one grid row holds");
+    shape.grid[0] = static_cast<unsigned>(blocks);
+  } else {
+    shape.grid[0] = static_cast<unsigned>(tiles(a.cols));
+    shape.grid[1] = static_cast<unsigned>(tiles(a.rows));
+  }
   shape.block[0] = kQuantizeThreads;
   runtime::launch(function_, shape, stream, args);
 }

@@ -31,7 +31,7 @@ std::string QuantizeKernel::name() const {
   if (dbias) n += "_dbias";
   if (dact != Activation::none) n += "_d" + std::string(to_string(dact));
   if (scale_from_amax) n += pow2_scale ? "_current_pow2" : "_current";
-  if (rows_first) n += "_rf";
+  if (row_group > 0) (n += "_g") += std::to_string(row_group);
   if (min_blocks_per_sm > 0) (n += "_mb") += std::to_string(min_blocks_per_sm);
   return n;
 }
@@ -53,7 +53,7 @@ KernelSource emit_cuda(const QuantizeKernel& k) {
     << "#define FP8_MAX " << (k.format == Fp8Format::e4m3 ? "448.0f" : "57344.0f") << "\n"
     << "#define PACK " << pack << "\n"
     << "#define WIDE " << cuda_bool(wide) << "\n"
-    << "#define ROWS_FIRST " << cuda_bool(k.rows_first) << "\n"
+    << "#define ROW_GROUP " << k.row_group << "\n"
     << "#define LAUNCH_BOUNDS "
     << (k.min_blocks_per_sm > 0
             ? "__launch_bounds__(256, " + std::to_string(k.min_blocks_per_sm) + ")"
@@ -71,8 +71,15 @@ extern "C" __global__ void LAUNCH_BOUNDS
   __shared__ float colsum[16][128];
   __shared__ u32 reduce32[32];
   const int t = threadIdx.x;
-#if ROWS_FIRST
-  const int row_tile = blockIdx.x, col_tile = blockIdx.y;
+#if ROW_GROUP > 0
+  // One-dimensional grid: groups of ROW_GROUP row tiles, each walked down
+  // (row fastest) and then across; the last group may be shorter.
+  const int row_tiles = (rows + 127) >> 7, col_tiles = (cols + 127) >> 7;
+  const int per_group = ROW_GROUP * col_tiles;
+  const int group = blockIdx.x / per_group, in_group = blockIdx.x - group * per_group;
+  const int group_rows = min(ROW_GROUP, row_tiles - group * ROW_GROUP);
+  const int row_tile = group * ROW_GROUP + in_group % group_rows;
+  const int col_tile = in_group / group_rows;
 #else
   const int row_tile = blockIdx.y, col_tile = blockIdx.x;
 #endif
