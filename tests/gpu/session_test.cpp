@@ -53,8 +53,7 @@ TEST(StateFile, EveryCorruptionIsRefusedWithItsReason) {
   std::string flipped = good;
   flipped[good.find("scale ") + 8] ^= 1;
   refused(flipped, "checksum does not match");
-  std::string ten = good;
-  ten.insert(std::string("fp8c-state 1").size(), "0");
+  const std::string ten = "fp8c-state 10" + good.substr(std::string("fp8c-state 1").size());
   refused(ten, "the first line");
   std::string version = good;
   version[11] = '2';
