@@ -6,16 +6,26 @@
 # FP8C_PROFILE=1 adds an ncu profile of the main kernel; FP8C_NO_PEERS=1
 # skips the PyTorch peers (when device time is short).
 # FP8C_ONLY=quantize|layer runs one benchmark; FP8C_SKIP_TESTS=1 skips the tests.
-# Writes under $OUT (or ./gpu-out; the device tool returns at most 8 files):
-# tests.log, executor_tests.log,
+# Writes $OUT/gpu_run.tgz (or ./gpu-out/) holding tests.log, executor_tests.log,
 # host_example.log, quantize_fp8c.json, quantize_peers.json, quantize.json,
 # layer_fp8c.json, layer_peers.json, layer.json (the merged records for
 # bench/results/).
 set -uo pipefail
 build=${1:-build}
 commit=${2:-unknown}
-out=${OUT:-gpu-out}
-mkdir -p "$out"
+# The device tool returns at most 8 files from $OUT: everything is written to
+# a work folder and comes back as one archive, plus the merged records.
+final=${OUT:-gpu-out}
+mkdir -p "$final"
+out=$(mktemp -d)
+pack() {
+  tar -czf "$final/gpu_run.tgz" -C "$out" .
+  for record in layer.json quantize.json; do
+    [ -f "$out/$record" ] && cp "$out/$record" "$final/"
+  done
+  rm -rf "$out"
+}
+trap pack EXIT
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$out/gpu.txt"
 
 # Both test programs in four gtest shards each, all eight at once (the slowest

@@ -8,12 +8,20 @@
 # 3. the fault test: rank 1 killed before its first collective, the others
 #    must end with an error within the watchdog's timeout;
 # 4. the GPT MLP benchmark with overlap none, bulk, ring.
-# Writes logs and mlp_multi_gpu.json under $OUT (or ./multi-gpu-out).
+# Writes $OUT/multi_gpu_run.tgz (every log, per rank) and mlp_multi_gpu.json
+# under $OUT (or ./multi-gpu-out): the device tool returns at most 8 files.
 set -uo pipefail
 build=${1:?usage: multi_gpu.sh BUILD_DIR [N]}
 n=${2:-$(nvidia-smi -L | grep -c '^GPU ')}
-out=${OUT:-multi-gpu-out}
-mkdir -p "$out"
+final=${OUT:-multi-gpu-out}
+mkdir -p "$final"
+out=$(mktemp -d)
+pack() {
+  tar -czf "$final/multi_gpu_run.tgz" -C "$out" .
+  [ -f "$out/mlp_multi_gpu.json" ] && cp "$out/mlp_multi_gpu.json" "$final/"
+  rm -rf "$out"
+}
+trap pack EXIT
 launch="scripts/launch_ranks.sh"
 status=0
 echo "== $n ranks: multi-GPU tests"
