@@ -14,10 +14,13 @@ set -uo pipefail
 build=${1:-build}
 commit=${2:-unknown}
 # The device tool returns at most 8 files from $OUT: everything is written to
-# a work folder and comes back as one archive, plus the merged records.
+# a work folder and comes back as one archive, plus the merged records. The
+# folder is under $OUT so that, if the run is killed before it packs, some
+# logs still come back; each long step has its own time limit, so it packs.
 final=${OUT:-gpu-out}
-mkdir -p "$final"
-out=$(mktemp -d)
+out="$final/work"
+rm -rf "$out"
+mkdir -p "$out"
 pack() {
   tar -czf "$final/gpu_run.tgz" -C "$out" .
   for record in layer.json quantize.json; do
@@ -34,7 +37,8 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --fo
 run_sharded() {  # NAME BINARY: writes $out/NAME.log, returns non-zero if a shard failed
   local name=$1 binary=$2 status=0 pids=()
   for i in 0 1 2 3; do
-    GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i "$binary" --gtest_brief=1 > "$out/$name.$i.tmp" 2>&1 &
+    GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i timeout 330 "$binary" --gtest_brief=1 \
+      > "$out/$name.$i.tmp" 2>&1 &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || status=1; done
@@ -63,13 +67,17 @@ fi
 # at once, under 4 minutes on the H200.
 echo "== compute-sanitizer (memcheck, racecheck) on every kernel kind"
 sanitized='AllVariants/QuantizeGpu.MatchesTheCpuReference/*bf16*:AllVariants/BlockQuantizeGpu.MisalignedPointers/*:Shapes/TransposeGpu.*:Shapes/PermuteGpu.*:Variants/ScaleUpdateGpu.*:AllVariants/EpilogueGpu.ScalarPathOnMisalignedPointers/*bf16*:AllVariants/DequantizeGpu.ElementWisePathsOnMisalignedPointers/*:RankReduce*Gpu*'
+declare -A sanitizer_pid
 for tool in memcheck racecheck; do
-  compute-sanitizer --tool $tool --error-exitcode 3 "$build/tests/runtime/runtime_tests" \
+  timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 "$build/tests/runtime/runtime_tests" \
     --gtest_filter="$sanitized" > "$out/sanitizer_$tool.log" 2>&1 &
+  sanitizer_pid[$tool]=$!
 done
-wait
 for tool in memcheck racecheck; do
-  echo "$tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.log" | tail -n 1)," \
+  wait "${sanitizer_pid[$tool]}"
+  rc=$?
+  [ $rc -ne 0 ] && tests=1
+  echo "$tool: exit $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.log" | tail -n 1)," \
        "$(grep -c '^\[       OK' "$out/sanitizer_$tool.log") tests ok"
 done
 
@@ -81,7 +89,7 @@ rm -rf "$cache"
 
 if [ "${FP8C_ONLY:-quantize}" = layer ] || [ -z "${FP8C_ONLY:-}" ]; then
   echo "== layer benchmark"
-  "$build/bench/layer_bench" --json "$out/layer_fp8c.json"
+  timeout 240 "$build/bench/layer_bench" --json "$out/layer_fp8c.json"
   if [ "${FP8C_NO_PEERS:-0}" != 1 ]; then
     python3 bench/peers/layer_peers.py "$out/layer_peers.json" > "$out/layer_peers.log" 2>&1 || tail -5 "$out/layer_peers.log"
     python3 bench/merge_layer_results.py "$out/layer_fp8c.json" "$out/layer_peers.json" "$commit" "$out/layer.json"
@@ -90,7 +98,7 @@ fi
 [ "${FP8C_ONLY:-}" = layer ] && exit $tests
 
 echo "== benchmarks"
-"$build/bench/quantize_bench" --json "$out/quantize_fp8c.json"
+timeout 150 "$build/bench/quantize_bench" --json "$out/quantize_fp8c.json"
 if [ "${FP8C_PROFILE:-0}" = 1 ]; then
   for case in delayed_cast_transpose_amax; do
     ncu --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \

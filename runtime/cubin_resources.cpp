@@ -1,5 +1,6 @@
 #include "runtime/cubin_resources.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -88,45 +89,65 @@ CubinResources read_cubin_resources(const std::vector<char>& cubin, const std::s
                    elf.read<std::uint64_t>(at + 0x18), elf.read<std::uint64_t>(at + 0x20),
                    elf.read<std::uint32_t>(at + 0x28)};
   };
+  // A name at `offset` within string table `table`, never past its end.
+  const auto name_in = [&](const Section& table, std::uint64_t offset) {
+    if (offset >= table.size) elf.fail("a name lies outside its string table");
+    const std::string_view name = elf.string_at(table.offset + offset);
+    if (name.size() >= table.size - offset) elf.fail("a name runs past its string table");
+    return name;
+  };
   const Section names = section(names_index);
 
-  // The symbol index of `entry`, and the global attribute section.
-  std::optional<std::uint32_t> symbol;
+  // The global attribute section; its link is the symbol table it indexes.
   std::optional<Section> info;
   for (std::uint32_t i = 0; i < count; ++i) {
     const Section s = section(i);
-    if (elf.string_at(names.offset + s.name) == ".nv.info") info = s;
-    if (s.type != kSymbolTable || s.link >= count) continue;
-    const Section strings = section(s.link);
-    for (std::uint64_t k = 0; k < s.size / kSymbolSize; ++k) {
-      const auto name = elf.read<std::uint32_t>(s.offset + k * kSymbolSize);
-      if (elf.string_at(strings.offset + name) == entry) symbol = static_cast<std::uint32_t>(k);
-    }
+    if (name_in(names, s.name) == ".nv.info") info = s;
+  }
+  if (!info) elf.fail("no .nv.info section");
+  if (info->link >= count) elf.fail(".nv.info links to no symbol table");
+  const Section symbols = section(info->link);
+  if (symbols.type != kSymbolTable || symbols.link >= count)
+    elf.fail(".nv.info links to no symbol table");
+  const Section strings = section(symbols.link);
+  std::optional<std::uint32_t> symbol;
+  for (std::uint64_t k = 0; k < symbols.size / kSymbolSize; ++k) {
+    const auto name = elf.read<std::uint32_t>(symbols.offset + k * kSymbolSize);
+    if (name_in(strings, name) == entry) symbol = static_cast<std::uint32_t>(k);
   }
   if (!symbol) elf.fail("no symbol of that name");
-  if (!info) elf.fail("no .nv.info section");
 
-  std::optional<int> registers;
-  long long frame = 0;
-  for (std::uint64_t at = info->offset; at < info->offset + info->size;) {
+  std::optional<std::uint32_t> registers;
+  CubinResources out;
+  const std::uint64_t end = info->offset + info->size;
+  if (end < info->offset) elf.fail(".nv.info's size overflows");
+  for (std::uint64_t at = info->offset; at < end;) {
     const auto format = elf.read<std::uint8_t>(at);
     const auto attribute = elf.read<std::uint8_t>(at + 1);
-    if (format >= kFormatNoValue && format < kFormatSized) {  // values within the 4-byte record
-      at += 4;
-      continue;
-    }
-    if (format != kFormatSized)
+    std::uint64_t length = 4;  // formats 1-3: the value lies within the record
+    if (format == kFormatSized) {
+      length += elf.read<std::uint16_t>(at + 2);
+    } else if (format < kFormatNoValue || format > kFormatSized) {
       elf.fail("an .nv.info record of unknown format " + std::to_string(format));
-    const auto size = elf.read<std::uint16_t>(at + 2);
-    if (size >= 8 && elf.read<std::uint32_t>(at + 4) == *symbol) {
-      const auto value = elf.read<std::uint32_t>(at + 8);
-      if (attribute == kRegCount) registers = static_cast<int>(value);
-      if (attribute == kFrameSize) frame = value;
     }
-    at += 4 + std::uint64_t{size};
+    if (length > end - at) elf.fail("an .nv.info record runs past the section");
+    if (format == kFormatSized && length >= 12) {
+      const auto function = elf.read<std::uint32_t>(at + 4);
+      const auto value = elf.read<std::uint32_t>(at + 8);
+      if (attribute == kFrameSize) {
+        out.largest_frame = std::max<long long>(out.largest_frame, value);
+        if (function == *symbol) out.stack_frame = value;
+      }
+      if (attribute == kRegCount && function == *symbol) registers = value;
+    }
+    at += length;
   }
   if (!registers) elf.fail("no register count for it in .nv.info");
-  return {*registers, frame};
+  // A thread has at most 255 registers on every architecture fp8c targets.
+  if (*registers == 0 || *registers > 255)
+    elf.fail("an implausible register count " + std::to_string(*registers));
+  out.registers = static_cast<int>(*registers);
+  return out;
 }
 
 }  // namespace fp8c::runtime

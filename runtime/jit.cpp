@@ -20,7 +20,7 @@ Digest Jit::key(const KernelSource& kernel) const {
     const std::uint64_t n = s.size();
     h.update(&n, sizeof n).update(s);
   };
-  field("fp8c-cubin-key-1");
+  field("fp8c-cubin-key-2");  // 2: resources read from the cubin
   field(arch_);
   field("nvrtc " + std::to_string(api.major) + "." + std::to_string(api.minor));
   field(kernel.entry);
@@ -58,7 +58,15 @@ CompiledKernel Jit::compile(const KernelSource& kernel) const {
   entry.registers = compiled.registers;
   entry.spill_stores = compiled.spill_stores;
   entry.spill_loads = compiled.spill_loads;
-  if (auto warning = cache_.store(k, entry)) out.cache_warning = *warning;
+  // A kernel whose resources are unknown (NVRTC served it without ptxas's
+  // report, or the cubin could not be read) is not cached, so that a later
+  // compile, for example under CUDA_CACHE_DISABLE=1, can learn them.
+  const bool resources_known =
+      compiled.registers > 0 && compiled.spill_stores >= 0 && compiled.spill_loads >= 0;
+  if (!resources_known)
+    out.cache_warning = "not cached: " + kernel.name + "'s registers or spills are unknown";
+  else if (auto warning = cache_.store(k, entry))
+    out.cache_warning = *warning;
   out.cubin = std::move(compiled.cubin);
   return out;
 }

@@ -116,13 +116,19 @@ NvrtcOutput compile_to_cubin(const std::string& source, const std::string& name,
   // The log has ptxas's resource lines only when ptxas ran: from CUDA 12.9
   // NVRTC serves a repeated compile from the driver's compute cache where a
   // driver is installed, and then the log is silent. The cubin is not.
-  const CubinResources resources = read_cubin_resources(out.cubin, entry);
-  out.registers = resources.registers;
-  out.stack_frame = resources.stack_frame;
-  if (!out.resources_in_log && resources.stack_frame == 0) {
-    // Spills live in the stack frame: without one there are none.
-    out.spill_stores = 0;
-    out.spill_loads = 0;
+  // A cubin this reader cannot follow (a future layout) leaves the
+  // resources unknown; the kernel itself is fine to load.
+  try {
+    const CubinResources resources = read_cubin_resources(out.cubin, entry);
+    out.registers = resources.registers;
+    out.stack_frame = resources.stack_frame;
+    if (!out.resources_in_log && resources.largest_frame == 0) {
+      // Spills live in a stack frame: with none in the cubin there are none.
+      out.spill_stores = 0;
+      out.spill_loads = 0;
+    }
+  } catch (const std::runtime_error& e) {
+    out.log += std::string(out.log.empty() ? "" : "\n") + "fp8c: " + e.what();
   }
   return out;
 }

@@ -39,7 +39,7 @@ struct NvrtcOutput {
   std::vector<char> cubin;  // empty when compilation failed
   std::string log;          // NVRTC's and ptxas's messages
   double milliseconds = 0;
-  int registers = -1;         // from the cubin
+  int registers = -1;         // from the cubin; -1 if it could not be read (see the log)
   long long stack_frame = 0;  // bytes per thread, from the cubin
   // Spill bytes from ptxas -v; -1 when ptxas did not report them (NVRTC served
   // the compile from its cache) and the kernel has a stack frame to spill to.

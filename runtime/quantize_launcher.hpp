@@ -32,7 +32,8 @@ class QuantizeLauncher {
   // Checks the arguments the description needs are there, then launches.
   void launch(const QuantizeArgs& args, CUstream stream) const;
 
-  static int tiles(int extent) { return (extent + kQuantizeTile - 1) / kQuantizeTile; }
+  // (Not (extent + 127) / 128: that overflows for extents near INT_MAX.)
+  static int tiles(int extent) { return extent / kQuantizeTile + (extent % kQuantizeTile != 0); }
 
  private:
   QuantizeKernel kernel_;

@@ -14,8 +14,9 @@ set -uo pipefail
 build=${1:?usage: multi_gpu.sh BUILD_DIR [N]}
 n=${2:-$(nvidia-smi -L | grep -c '^GPU ')}
 final=${OUT:-multi-gpu-out}
-mkdir -p "$final"
-out=$(mktemp -d)
+out="$final/work"  # under $OUT: if the run is killed before it packs, logs still come back
+rm -rf "$out"
+mkdir -p "$out"
 pack() {
   tar -czf "$final/multi_gpu_run.tgz" -C "$out" .
   [ -f "$out/mlp_multi_gpu.json" ] && cp "$out/mlp_multi_gpu.json" "$final/"

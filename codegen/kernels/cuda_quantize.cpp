@@ -74,11 +74,15 @@ extern "C" __global__ void LAUNCH_BOUNDS
 #if ROW_GROUP > 0
   // One-dimensional grid: groups of ROW_GROUP row tiles, each walked down
   // (row fastest) and then across; the last group may be shorter.
-  const int row_tiles = (rows + 127) >> 7, col_tiles = (cols + 127) >> 7;
-  const int per_group = ROW_GROUP * col_tiles;
+  // (Tile counts without rows + 127, which overflows near INT_MAX; the group
+  // is at most the row tiles, so per_group <= the launcher's int grid.)
+  const int row_tiles = (rows >> 7) + ((rows & 127) != 0);
+  const int col_tiles = (cols >> 7) + ((cols & 127) != 0);
+  const int group_size = min(ROW_GROUP, row_tiles);
+  const int per_group = group_size * col_tiles;
   const int group = blockIdx.x / per_group, in_group = blockIdx.x - group * per_group;
-  const int group_rows = min(ROW_GROUP, row_tiles - group * ROW_GROUP);
-  const int row_tile = group * ROW_GROUP + in_group % group_rows;
+  const int group_rows = min(group_size, row_tiles - group * group_size);
+  const int row_tile = group * group_size + in_group % group_rows;
   const int col_tile = in_group / group_rows;
 #else
   const int row_tile = blockIdx.y, col_tile = blockIdx.x;

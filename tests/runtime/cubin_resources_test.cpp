@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <regex>
+#include <string>
 
 #include "runtime/nvrtc.hpp"
 
@@ -102,6 +103,38 @@ TEST_F(CubinResourcesTest, RefusesWhatIsNotAKernelsCubin) {
       EXPECT_NE(std::string(e.what()).find("spilling"), std::string::npos) << e.what();
     }
   }
+}
+
+// The cubin with every occurrence of `from` replaced by `to` (same length);
+// fails the test when `from` is not there.
+std::vector<char> patched(const std::vector<char>& cubin, const std::string& from,
+                          const std::string& to) {
+  std::string bytes(cubin.begin(), cubin.end());
+  std::size_t n = 0;
+  for (std::size_t at = 0; (at = bytes.find(from, at)) != std::string::npos; at += from.size(), ++n)
+    bytes.replace(at, from.size(), to);
+  EXPECT_GT(n, 0u) << "the cubin holds no such bytes to patch";
+  return {bytes.begin(), bytes.end()};
+}
+
+TEST_F(CubinResourcesTest, RefusesBrokenAttributeSections) {
+  // A sized (format 4) REGCOUNT (0x2f) record of 8 bytes: {symbol, registers}.
+  const std::string regcount("\x04\x2f\x08\x00", 4);
+  const auto refused = [](const std::vector<char>& bytes, const std::string& words) {
+    try {
+      read_cubin_resources(bytes, "spilling");
+      ADD_FAILURE() << "accepted a cubin with " << words;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  refused(patched(out_->cubin, regcount, std::string("\x04\x30\x08\x00", 4)), "no register count");
+  refused(patched(out_->cubin, regcount, std::string("\x07\x2f\x08\x00", 4)), "unknown format 7");
+  // A record claiming more bytes than its section holds.
+  refused(patched(out_->cubin, regcount, std::string("\x04\x2f\xf0\xff", 4)),
+          "runs past the section");
+  refused(patched(out_->cubin, std::string(".nv.info\0", 9), std::string(".nv.infx\0", 9)),
+          "no .nv.info section");
 }
 
 }  // namespace
