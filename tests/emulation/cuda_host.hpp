@@ -248,6 +248,28 @@ class Block {
   std::exception_ptr error_;
 };
 
+// One block runs at a time on one OS thread: a plain max is atomic here.
+inline unsigned atomicMax(unsigned* p, unsigned v) {
+  const unsigned old = *p;
+  if (v > old) *p = v;
+  return old;
+}
+
+// A per-tensor quantize kernel's arguments (codegen/kernels/quantize.hpp),
+// for the emulated entry points' table.
+struct QuantizeCall {
+  const void* x = nullptr;
+  const void* pre = nullptr;
+  const float* scale = nullptr;
+  const unsigned* amax_in = nullptr;
+  unsigned char* rowwise = nullptr;
+  unsigned char* columnwise = nullptr;
+  unsigned* amax_out = nullptr;
+  float* dbias_partial = nullptr;
+  float* scale_out = nullptr;
+  int rows = 0, cols = 0;
+};
+
 inline void __syncthreads() {
   Block::current().sync_threads();
 }

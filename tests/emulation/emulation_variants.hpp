@@ -1,10 +1,15 @@
-// The block quantize variants the CPU emulation runs: every input type,
-// format, block shape and usage set, pow2 or not for the blockwise ones.
+// The kernel variants the CPU emulation runs. Block quantize: every input
+// type, format, block shape and usage set, pow2 or not for the blockwise
+// ones. Per-tensor quantize: every input type, format and usage set with
+// delayed or current scaling, dbias with and without drelu, and the block
+// order and launch-bounds knobs; not dGELU/dSiLU, whose tanh.approx and
+// __expf have no bit-exact host twin.
 #pragma once
 
 #include <vector>
 
 #include "codegen/kernels/block_quantize.hpp"
+#include "codegen/kernels/quantize.hpp"
 
 namespace fp8c::emulation {
 
@@ -25,6 +30,46 @@ inline std::vector<BlockQuantizeKernel> emulated_block_quantize_variants() {
             k.pow2 = pow2;
             all.push_back(k);
           }
+  return all;
+}
+
+inline std::vector<QuantizeKernel> emulated_quantize_variants() {
+  std::vector<QuantizeKernel> all;
+  for (ElemType input : {ElemType::bf16, ElemType::fp16, ElemType::fp32})
+    for (Fp8Format format : {Fp8Format::e4m3, Fp8Format::e5m2})
+      for (int usage = 1; usage <= 3; ++usage)
+        for (int scaling = 0; scaling < 3; ++scaling) {  // delayed, current, current pow2
+          QuantizeKernel k;
+          k.input = input;
+          k.format = format;
+          k.rowwise = usage & 1;
+          k.columnwise = usage & 2;
+          k.amax = scaling == 0;
+          k.scale_from_amax = scaling > 0;
+          k.pow2_scale = scaling == 2;
+          all.push_back(k);
+        }
+  for (Activation act : {Activation::none, Activation::relu})
+    for (ElemType input : {ElemType::bf16, ElemType::fp32}) {
+      QuantizeKernel k;
+      k.input = input;
+      k.format = Fp8Format::e5m2;
+      k.columnwise = true;
+      k.amax = true;
+      k.dbias = true;
+      k.dact = act;
+      all.push_back(k);
+    }
+  QuantizeKernel grouped;
+  grouped.columnwise = grouped.amax = grouped.dbias = true;
+  for (int group : {1, 3, 64}) {  // 64: more than the row tiles of every case
+    grouped.row_group = group;
+    all.push_back(grouped);
+  }
+  QuantizeKernel five;
+  five.columnwise = five.amax = true;
+  five.min_blocks_per_sm = 5;
+  all.push_back(five);
   return all;
 }
 
