@@ -209,6 +209,9 @@ int main(int argc, char** argv) {
       grouped.row_group = group;
       time_case("delayed_cast_transpose_amax_row_group_" + std::to_string(group), {grouped}, 4);
     }
+    QuantizeKernel delayed_wide = delayed;
+    delayed_wide.wide_column_stores = true;
+    time_case("delayed_cast_transpose_amax_wide_column_stores", {delayed_wide}, 4);
     QuantizeKernel delayed_five = delayed;
     delayed_five.min_blocks_per_sm = 5;
     time_case("delayed_cast_transpose_amax_5_blocks_per_sm", {delayed_five}, 4);

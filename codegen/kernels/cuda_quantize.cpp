@@ -32,6 +32,7 @@ std::string QuantizeKernel::name() const {
   if (dact != Activation::none) n += "_d" + std::string(to_string(dact));
   if (scale_from_amax) n += pow2_scale ? "_current_pow2" : "_current";
   if (row_group > 0) (n += "_g") += std::to_string(row_group);
+  if (wide_column_stores) n += "_wcs";
   if (min_blocks_per_sm > 0) (n += "_mb") += std::to_string(min_blocks_per_sm);
   return n;
 }
@@ -54,12 +55,22 @@ KernelSource emit_cuda(const QuantizeKernel& k) {
     << "#define PACK " << pack << "\n"
     << "#define WIDE " << cuda_bool(wide) << "\n"
     << "#define ROW_GROUP " << k.row_group << "\n"
+    << "#define WIDE_COLUMN_STORES " << cuda_bool(k.wide_column_stores) << "\n"
     << "#define LAUNCH_BOUNDS "
     << (k.min_blocks_per_sm > 0
             ? "__launch_bounds__(256, " + std::to_string(k.min_blocks_per_sm) + ")"
             : std::string("__launch_bounds__(256)"))
     << "\n";
-  s << cuda_row_loads() << cuda_streaming_stores() << R"(
+  s << cuda_row_loads() << cuda_streaming_stores();
+  // Only this knob's kernels carry the 16-byte store, so the default
+  // kernels' source (and cache keys) stay as they were.
+  if (k.wide_column_stores)
+    s << R"(__device__ __forceinline__ void store_streaming(u8* p, uint4 v) {
+  asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};"
+               :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+)";
+  s << R"(
 
 extern "C" __global__ void LAUNCH_BOUNDS
 )" << k.name()
@@ -170,11 +181,34 @@ extern "C" __global__ void LAUNCH_BOUNDS
 #if COLUMNWISE
     {
       const int warp = t >> 5, lane = t & 31;
+#if WIDE_COLUMN_STORES
+      // 16 bytes a lane: eight lanes cover one column's 128 rows, a warp
+      // four columns per store. The four words a lane reads sit in four
+      // consecutive slots (XOR of the two low bits only), and the 32 lanes
+      // of one read hit 32 distinct banks (column + 4 * chunk + word).
+      if ((rows & 15) == 0 && (reinterpret_cast<unsigned long long>(col_out) & 15) == 0) {
+        const int chunk = lane & 7;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int col = 16 * warp + 4 * i + (lane >> 3);
+          const u32* w = staged + col * 33;
+          const int skew = (col >> 5) & 3;
+          uint4 v;
+          v.x = w[(4 * chunk + 0) ^ skew];
+          v.y = w[(4 * chunk + 1) ^ skew];
+          v.z = w[(4 * chunk + 2) ^ skew];
+          v.w = w[(4 * chunk + 3) ^ skew];
+          store_streaming(col_out + (long long)(c0 + col) * rows + r0 + 16 * chunk, v);
+        }
+      } else
+#endif
+      {
 #pragma unroll 4
-      for (int cc = 0; cc < 16; ++cc) {
-        const int col = 16 * warp + cc;
-        store_streaming(col_out + (long long)(c0 + col) * rows + r0 + 4 * lane,
-                        staged[col * 33 + (lane ^ ((col >> 5) & 3))]);
+        for (int cc = 0; cc < 16; ++cc) {
+          const int col = 16 * warp + cc;
+          store_streaming(col_out + (long long)(c0 + col) * rows + r0 + 4 * lane,
+                          staged[col * 33 + (lane ^ ((col >> 5) & 3))]);
+        }
       }
     }
 #endif

@@ -55,6 +55,12 @@ struct QuantizeKernel {
   // share an SM instead of four (an experiment: ncu saw 61 registers and
   // 48% occupancy on the cast + transpose).
   int min_blocks_per_sm = 0;
+  // Columnwise output leaves as 16-byte stores (a warp writes four columns'
+  // 128-byte segments per store) instead of 4-byte ones (one segment per
+  // store), where rows % 16 == 0 and the output is 16-byte aligned; else as
+  // before. An experiment for the cast + transpose's byte rate: a quarter of
+  // the store instructions for the same bytes. Not measured yet.
+  bool wide_column_stores = false;
 
   std::string name() const;  // unique per variant; also the entry point's name
   bool operator==(const QuantizeKernel&) const = default;

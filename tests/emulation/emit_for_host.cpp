@@ -60,6 +60,8 @@ std::string host_source(std::string s) {
                "host_check_aligned(p, 8); std::memcpy(p, &v, 8);");
   replace_body(s, f + "void store_streaming(u8* p, u32 v) {",
                "host_check_aligned(p, 4); std::memcpy(p, &v, 4);");
+  replace_body(s, f + "void store_streaming(u8* p, uint4 v) {",
+               "host_check_aligned(p, 16); std::memcpy(p, &v, 16);");
   replace_body(s, f + "u32 permute(u32 w, u32 selector) {", "return host_prmt(w, 0, selector);");
   // IEEE division, as div.rn.f32 (the current-scaling inverse).
   s = std::regex_replace(

@@ -2,7 +2,7 @@
 // type, format, block shape and usage set, pow2 or not for the blockwise
 // ones. Per-tensor quantize: every input type, format and usage set with
 // delayed or current scaling, dbias with and without drelu, and the block
-// order and launch-bounds knobs; not dGELU/dSiLU, whose tanh.approx and
+// order, launch-bounds and wide-column-store knobs; not dGELU/dSiLU, whose tanh.approx and
 // __expf have no bit-exact host twin.
 #pragma once
 
@@ -65,6 +65,17 @@ inline std::vector<QuantizeKernel> emulated_quantize_variants() {
   for (int group : {1, 3, 64}) {  // 64: more than the row tiles of every case
     grouped.row_group = group;
     all.push_back(grouped);
+  }
+  for (ElemType input : {ElemType::bf16, ElemType::fp16, ElemType::fp32}) {
+    QuantizeKernel wide;
+    wide.input = input;
+    wide.rowwise = input != ElemType::fp16;
+    wide.columnwise = true;
+    wide.amax = input != ElemType::fp32;
+    wide.scale_from_amax = input == ElemType::fp32;
+    wide.dbias = input == ElemType::bf16;
+    wide.wide_column_stores = true;
+    all.push_back(wide);
   }
   QuantizeKernel five;
   five.columnwise = five.amax = true;

@@ -137,14 +137,16 @@ TEST_P(QuantizeEmulation, MatchesTheCpuReference) {
   // Whole tiles (the fast path); edge tiles; rows % 4 != 0 (columnwise
   // takes the element-wise path); cols % 8 != 0 (everything element-wise);
   // shapes below one tile; 5 row tiles (groups of 3 leave a shorter last
-  // group; 64 exceeds them).
+  // group; 64 exceeds them); rows % 16 == 0 with an edge tile (16-byte
+  // columnwise stores in the whole tiles).
   // Sums of NaN/Inf are not comparable: dbias variants get finite data.
   const bool specials = !k.dbias;
   const Case cases[] = {
       {128, 128, specials, Order::forward},  {256, 384, false, Order::backward},
       {300, 520, specials, Order::shuffled}, {130, 136, specials, Order::forward},
       {129, 264, false, Order::backward},    {17, 33, specials, Order::shuffled},
-      {1, 1, specials, Order::forward},      {520, 264, specials, Order::shuffled}};
+      {1, 1, specials, Order::forward},      {520, 264, specials, Order::shuffled},
+      {272, 264, specials, Order::backward}};
   std::uint32_t seed = 1;
   for (const Case& c : cases) {
     run_case(k, kernel, c, seed++);

@@ -56,6 +56,16 @@ inline std::vector<QuantizeKernel> quantize_variants() {
     k.row_group = 3;
     all.push_back(k);
   }
+  // 16-byte columnwise stores, alone and with dbias.
+  for (bool dbias : {false, true}) {
+    QuantizeKernel k;
+    k.format = dbias ? Fp8Format::e5m2 : Fp8Format::e4m3;
+    k.columnwise = true;
+    k.amax = true;
+    k.dbias = dbias;
+    k.wide_column_stores = true;
+    all.push_back(k);
+  }
   return all;
 }
 
