@@ -5,7 +5,11 @@
 #   bench/gpu.sh BUILD_DIR COMMIT
 # FP8C_PROFILE=1 adds an ncu profile of the main kernel; FP8C_NO_PEERS=1
 # skips the PyTorch peers (when device time is short).
-# FP8C_ONLY=quantize|layer runs one benchmark; FP8C_SKIP_TESTS=1 skips the tests.
+# FP8C_ONLY=quantize|layer runs one benchmark; FP8C_SKIP_TESTS=1 skips the
+# tests and the sanitizer, FP8C_SKIP_BENCH=1 the benchmarks. The tests take
+# about 5 minutes and the benchmarks with peers about as long: past the device
+# tool's 10 minutes a call, so run it as two calls (FP8C_SKIP_BENCH=1, then
+# FP8C_SKIP_TESTS=1).
 # Writes $OUT/gpu_run.tgz (or ./gpu-out/) holding tests.log, executor_tests.log,
 # host_example.log, quantize_fp8c.json, quantize_peers.json, quantize.json,
 # layer_fp8c.json, layer_peers.json, layer.json (the merged records for
@@ -49,6 +53,18 @@ tests=0
 if [ "${FP8C_SKIP_TESTS:-0}" != 1 ]; then
 echo "== GPU tests (kernels, cuBLASLt, collectives) and GPU executor / host API tests"
 export FP8C_CACHE_DIR=${FP8C_CACHE_DIR:-$(mktemp -d)}
+# compute-sanitizer memcheck and racecheck over every kernel kind (244 tests:
+# each bf16 per-tensor quantize variant on its six shapes, block/MX variants,
+# transpose, permute, scale update, epilogues and dequantize on misaligned
+# pointers, rank reductions), alongside the test shards: correctness does not
+# mind the shared GPU (under 4 minutes on the H200).
+sanitized='AllVariants/QuantizeGpu.MatchesTheCpuReference/*bf16*:AllVariants/BlockQuantizeGpu.MisalignedPointers/*:Shapes/TransposeGpu.*:Shapes/PermuteGpu.*:Variants/ScaleUpdateGpu.*:AllVariants/EpilogueGpu.ScalarPathOnMisalignedPointers/*bf16*:AllVariants/DequantizeGpu.ElementWisePathsOnMisalignedPointers/*:RankReduce*Gpu*'
+declare -A sanitizer_pid
+for tool in memcheck racecheck; do
+  timeout 330 compute-sanitizer --tool $tool --error-exitcode 3 "$build/tests/runtime/runtime_tests" \
+    --gtest_filter="$sanitized" > "$out/sanitizer_$tool.log" 2>&1 &
+  sanitizer_pid[$tool]=$!
+done
 run_sharded tests "$build/tests/runtime/runtime_tests" & runtime_pid=$!
 run_sharded executor_tests "$build/tests/gpu/gpu_executor_tests" & executor_pid=$!
 wait $runtime_pid || tests=1
@@ -57,22 +73,7 @@ for log in tests executor_tests; do
   echo "$log: $(grep -hE '^\[  (PASSED|FAILED|SKIPPED) +\]' "$out/$log.log" | awk '{n[$2] += $4} END {for (k in n) printf "%s %d  ", k, n[k]}')"
   grep -E "Failure|Which is|want|differs|FAILED" "$out/$log.log" | head -n 30
 done
-echo "== the example host program"
-"$build/examples/host/gpt_mlp_step" examples/gpt_mlp.fp8 --tokens 2048 --steps 3 2>&1 | tee "$out/host_example.log"
-fi
-
-# Every kernel kind (244 tests: each bf16 per-tensor quantize variant on its
-# six shapes, block/MX variants, transpose, permute, scale update, epilogues
-# and dequantize on misaligned pointers, rank reductions); the two tools run
-# at once, under 4 minutes on the H200.
 echo "== compute-sanitizer (memcheck, racecheck) on every kernel kind"
-sanitized='AllVariants/QuantizeGpu.MatchesTheCpuReference/*bf16*:AllVariants/BlockQuantizeGpu.MisalignedPointers/*:Shapes/TransposeGpu.*:Shapes/PermuteGpu.*:Variants/ScaleUpdateGpu.*:AllVariants/EpilogueGpu.ScalarPathOnMisalignedPointers/*bf16*:AllVariants/DequantizeGpu.ElementWisePathsOnMisalignedPointers/*:RankReduce*Gpu*'
-declare -A sanitizer_pid
-for tool in memcheck racecheck; do
-  timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 "$build/tests/runtime/runtime_tests" \
-    --gtest_filter="$sanitized" > "$out/sanitizer_$tool.log" 2>&1 &
-  sanitizer_pid[$tool]=$!
-done
 for tool in memcheck racecheck; do
   wait "${sanitizer_pid[$tool]}"
   rc=$?
@@ -80,12 +81,17 @@ for tool in memcheck racecheck; do
   echo "$tool: exit $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.log" | tail -n 1)," \
        "$(grep -c '^\[       OK' "$out/sanitizer_$tool.log") tests ok"
 done
+echo "== the example host program"
+"$build/examples/host/gpt_mlp_step" examples/gpt_mlp.fp8 --tokens 2048 --steps 3 2>&1 | tee "$out/host_example.log"
+fi
 
 echo "== start-up: every kernel of examples/gpt_mlp.fp8, cold then warm cache, on 2 cores"
 cache=$(mktemp -d)
 taskset -c 0,1 "$build/tools/fp8c" compile examples/gpt_mlp.fp8 --threads 2 --cache-dir "$cache" 2>/dev/null | tail -n 1 | tee "$out/startup.txt"
 taskset -c 0,1 "$build/tools/fp8c" compile examples/gpt_mlp.fp8 --threads 2 --cache-dir "$cache" 2>/dev/null | tail -n 1 | tee -a "$out/startup.txt"
 rm -rf "$cache"
+
+[ "${FP8C_SKIP_BENCH:-0}" = 1 ] && exit $tests
 
 if [ "${FP8C_ONLY:-quantize}" = layer ] || [ -z "${FP8C_ONLY:-}" ]; then
   echo "== layer benchmark"
