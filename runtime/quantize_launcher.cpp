@@ -11,6 +11,25 @@ QuantizeLauncher::QuantizeLauncher(const Jit& jit, const QuantizeKernel& kernel)
       module_(compiled_.cubin),
       function_(module_.function(compiled_.entry)) {}
 
+std::optional<std::string> quantize_alignment_problem(const QuantizeKernel& k,
+                                                      const QuantizeArgs& a) {
+  const bool vector_tiles = a.rows >= kQuantizeTile && a.cols >= kQuantizeTile && a.cols % 8 == 0 &&
+                            (!k.columnwise || a.rows % 4 == 0);
+  if (!vector_tiles) return std::nullopt;
+  const auto misaligned = [](CUdeviceptr p, unsigned bytes) { return p != 0 && p % bytes != 0; };
+  const auto problem = [&](const char* what, unsigned bytes) {
+    return k.name() + ": " + what + " must be " + std::to_string(bytes) + "-byte aligned for a " +
+           std::to_string(a.rows) + " x " + std::to_string(a.cols) +
+           " tensor (whole tiles use vector accesses)";
+  };
+  if (misaligned(a.x, 16)) return problem("x", 16);
+  if (k.dact != Activation::none && misaligned(a.pre_activation, 16))
+    return problem("pre_activation", 16);
+  if (k.rowwise && misaligned(a.rowwise, 8)) return problem("rowwise", 8);
+  if (k.columnwise && misaligned(a.columnwise, 4)) return problem("columnwise", 4);
+  return std::nullopt;
+}
+
 void QuantizeLauncher::launch(const QuantizeArgs& a, CUstream stream) const {
   const auto need = [&](bool condition, const char* what) {
     if (!condition)
@@ -25,6 +44,7 @@ void QuantizeLauncher::launch(const QuantizeArgs& a, CUstream stream) const {
   need(kernel_.dact == Activation::none || a.pre_activation != 0, "pre_activation");
   need(kernel_.scale_from_amax ? a.amax_in != 0 : a.scale != 0,
        kernel_.scale_from_amax ? "amax_in" : "scale");
+  if (auto problem = quantize_alignment_problem(kernel_, a)) throw std::invalid_argument(*problem);
   void* args[] = {const_cast<CUdeviceptr*>(&a.x),
                   const_cast<CUdeviceptr*>(&a.pre_activation),
                   const_cast<CUdeviceptr*>(&a.scale),

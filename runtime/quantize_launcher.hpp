@@ -2,6 +2,9 @@
 // executor, the GPU tests and the benchmarks, so all three run the same code.
 #pragma once
 
+#include <optional>
+#include <string>
+
 #include "codegen/kernels/quantize.hpp"
 #include "runtime/device.hpp"
 #include "runtime/jit.hpp"
@@ -21,6 +24,14 @@ struct QuantizeArgs {
   int rows = 0;
   int cols = 0;
 };
+
+// Whole tiles take the vector path (16-byte loads, 8-byte rowwise and 4-byte
+// columnwise stores) when cols % 8 == 0 (and rows % 4 == 0 with columnwise
+// output); there x and pre must be 16-byte aligned, rowwise 8-byte and
+// columnwise 4-byte aligned. The reason they are not, or nothing. (The
+// kernel does not check: a misaligned vector access faults the context.)
+std::optional<std::string> quantize_alignment_problem(const QuantizeKernel& kernel,
+                                                      const QuantizeArgs& args);
 
 class QuantizeLauncher {
  public:

@@ -15,6 +15,7 @@
 #include "../runtime/block_quantize_input.hpp"
 #include "cuda_host.hpp"
 #include "emulation_variants.hpp"
+#include "guarded_buffer.hpp"
 #include "runtime/reference/block_quantize_reference.hpp"
 
 namespace fp8c::emulation {
@@ -26,30 +27,6 @@ namespace {
 using runtime::block_scale_bytes;
 using runtime::BlockQuantizeResult;
 using runtime::reference_block_quantize;
-
-// A buffer with `offset` bytes before the data (to misalign it) and a guard
-// after it that must come back untouched.
-struct Buffer {
-  static constexpr std::size_t kGuard = 64;
-  std::vector<unsigned char> bytes;
-  std::size_t offset, size;
-  Buffer(std::size_t n, std::size_t misalign, unsigned char fill)
-      : bytes(16 + n + kGuard, 0xA5), offset(16 + misalign), size(n) {
-    std::fill(bytes.begin() + offset, bytes.begin() + offset + n, fill);
-  }
-  unsigned char* data() {
-    // The vector's storage is 16-byte aligned; data() is 16 + misalign past it.
-    return bytes.data() + offset;
-  }
-  std::vector<unsigned char> contents() const {
-    return {bytes.begin() + offset, bytes.begin() + offset + size};
-  }
-  bool guards_intact() const {
-    for (std::size_t i = 0; i < bytes.size(); ++i)
-      if ((i < offset || i >= offset + size) && bytes[i] != 0xA5) return false;
-    return true;
-  }
-};
 
 struct Case {
   int rows, cols;
@@ -91,10 +68,13 @@ void run_case(const BlockQuantizeKernel& k, const EmulatedKernel& kernel, const 
       col_scales(block_scale_bytes(k, c.rows, c.cols, true), 0, 0xCD);
   const Dim3 grid{static_cast<unsigned>((c.cols + 127) / 128),
                   static_cast<unsigned>((c.rows + 127) / 128), 1};
-  run_grid(grid, kBlockQuantizeThreads, c.order, seed, [&] {
-    kernel.run(in.data(), row.data(), row_scales.data(), col.data(), col_scales.data(), c.rows,
-               c.cols);
-  });
+  run_grid(
+      grid, kBlockQuantizeThreads, c.order, seed,
+      [&] {
+        kernel.run(in.data(), row.data(), row_scales.data(), col.data(), col_scales.data(), c.rows,
+                   c.cols);
+      },
+      kernel.poison_shared);
   if (k.rowwise) {
     check_bytes(row.contents(), want.rowwise, "rowwise");
     check_bytes(row_scales.contents(), want.rowwise_scales, "rowwise scales");

@@ -1,8 +1,9 @@
 // Just enough of CUDA to run a generated kernel's own source on the CPU, one
 // block at a time, its threads as fibers (ucontext) on one OS thread:
 // __syncthreads, __syncwarp and warp shuffles are real barriers among the
-// fibers, shared memory is the kernel's static locals (one block runs at a
-// time), and the fibers run between barriers in an order the test picks
+// fibers, shared memory is namespace-scope arrays (one block runs at a
+// time; emit_for_host.cpp moves them out of the kernel and poisons them
+// before each block), and the fibers run between barriers in an order the test picks
 // (forward, backward, shuffled), so a missing barrier shows as a wrong result
 // in some order. emit_for_host.cpp swaps the functions written in PTX
 // (conversions, streaming stores) for the host_* functions below.
@@ -28,7 +29,6 @@
 #define __global__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-#define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
 
 namespace fp8c::emulation {
@@ -286,15 +286,21 @@ T __shfl_sync(unsigned mask, T v, int source_lane) {
   return Block::current().shuffle(mask, v, source_lane);
 }
 
-// Runs a grid, block after block in order, each block's threads as above.
+// Runs a grid, block after block in order, each block's threads as above,
+// with shared memory poisoned before each block when `poison_shared` is given.
+// 16-byte streaming stores made (emit_for_host's twin counts them), so a
+// test can tell that a wide path ran.
+inline long long host_wide_stores = 0;
+
 inline void run_grid(Dim3 grid, int threads, Order order, std::uint32_t seed,
-                     const std::function<void()>& kernel) {
+                     const std::function<void()>& kernel, void (*poison_shared)() = nullptr) {
   std::mt19937 rng(seed);
   gridDim = grid;
   blockDim = {static_cast<unsigned>(threads), 1, 1};
   for (unsigned y = 0; y < grid.y; ++y)
     for (unsigned x = 0; x < grid.x; ++x) {
       blockIdx = {x, y, 0};
+      if (poison_shared) poison_shared();
       Block::current().run(threads, order, rng, kernel);
     }
 }

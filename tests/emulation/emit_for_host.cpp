@@ -46,6 +46,33 @@ void replace_body(std::string& s, const std::string& signature, const std::strin
   s.replace(open, closing_brace(s, open) - open + 1, "{ " + body + " }");
 }
 
+// The kernel's __shared__ arrays moved to namespace scope (the kernel keeps
+// a reference of the same name), and a poison_shared() that fills them with
+// 0xCD: run_grid calls it before every block, so a read of a slot no thread
+// of this block wrote sees garbage, as on the GPU, not an earlier block's
+// value or a zero.
+std::string hoist_shared(const std::string& s) {
+  const std::regex shared(
+      R"(__shared__\s+(?:__align__\(\d+\)\s+)?(\w+)\s+(\w+)((?:\[[^\]]+\])+);)");
+  std::string body, arrays, poison;
+  std::size_t last = 0;
+  for (std::sregex_iterator m(s.begin(), s.end(), shared), end; m != end; ++m) {
+    const std::string type = (*m)[1], name = (*m)[2], dims = (*m)[3];
+    arrays += "alignas(16) " + type + " shared_" + name + dims + ";\n";
+    poison += "  std::memset(shared_" + name + ", 0xCD, sizeof shared_" + name + ");\n";
+    body += s.substr(last, static_cast<std::size_t>(m->position()) - last);
+    body += "auto& " + name + " = shared_" + name + ";";
+    last = static_cast<std::size_t>(m->position() + m->length());
+  }
+  body += s.substr(last);
+  // The arrays go before the first kernel entry point, after the helpers
+  // and typedefs they may use.
+  const std::size_t kernel = body.find("extern \"C\" __global__");
+  if (kernel == std::string::npos) throw std::runtime_error("no kernel entry point");
+  return body.substr(0, kernel) + arrays + "inline void poison_shared() {\n" + poison + "}\n" +
+         body.substr(kernel);
+}
+
 std::string host_source(std::string s) {
   const std::string f = "__device__ __forceinline__ ";
   replace_body(s, f + "float to_float(fp16_t x) {", "return host_fp16_to_float(x.bits);");
@@ -61,7 +88,7 @@ std::string host_source(std::string s) {
   replace_body(s, f + "void store_streaming(u8* p, u32 v) {",
                "host_check_aligned(p, 4); std::memcpy(p, &v, 4);");
   replace_body(s, f + "void store_streaming(u8* p, uint4 v) {",
-               "host_check_aligned(p, 16); std::memcpy(p, &v, 16);");
+               "host_check_aligned(p, 16); std::memcpy(p, &v, 16); ++host_wide_stores;");
   replace_body(s, f + "u32 permute(u32 w, u32 selector) {", "return host_prmt(w, 0, selector);");
   // IEEE division, as div.rn.f32 (the current-scaling inverse).
   s = std::regex_replace(
@@ -71,6 +98,7 @@ std::string host_source(std::string s) {
       "$1 = $2 / $3;");
   if (std::regex_search(s, std::regex(R"(\basm\s*(volatile\s*)?\()")))
     throw std::runtime_error("inline PTX without a host twin in emit_for_host.cpp");
+  s = hoist_shared(s);
   const std::string linkage = "extern \"C\" ";
   for (std::size_t at; (at = s.find(linkage)) != std::string::npos;) s.erase(at, linkage.size());
   return s;
@@ -103,11 +131,12 @@ std::string block_quantize_kernels() {
     emit(out, k, ns);
     table << "    {\"" << k.entry << "\", [](const void* x, unsigned char* r, void* rs, "
           << "unsigned char* c, void* cs, int rows, int cols) { " << ns << "::" << k.entry
-          << "(static_cast<const " << ns << "::in_t*>(x), r, rs, c, cs, rows, cols); }},\n";
+          << "(static_cast<const " << ns << "::in_t*>(x), r, rs, c, cs, rows, cols); }, " << ns
+          << "::poison_shared},\n";
   }
   out << "struct EmulatedKernel {\n  const char* name;\n"
       << "  void (*run)(const void*, unsigned char*, void*, unsigned char*, void*, int, int);\n"
-      << "};\n"
+      << "  void (*poison_shared)();\n};\n"
       << "inline const EmulatedKernel kEmulatedKernels[] = {\n"
       << table.str() << "};\n";
   return out.str();
@@ -123,10 +152,10 @@ std::string quantize_kernels() {
     table << "    {\"" << k.entry << "\", [](const QuantizeCall& a) { " << ns << "::" << k.entry
           << "(static_cast<const " << ns << "::in_t*>(a.x), static_cast<const " << ns
           << "::in_t*>(a.pre), a.scale, a.amax_in, a.rowwise, a.columnwise, a.amax_out, "
-          << "a.dbias_partial, a.scale_out, a.rows, a.cols); }},\n";
+          << "a.dbias_partial, a.scale_out, a.rows, a.cols); }, " << ns << "::poison_shared},\n";
   }
   out << "struct EmulatedQuantizeKernel {\n  const char* name;\n"
-      << "  void (*run)(const QuantizeCall&);\n};\n"
+      << "  void (*run)(const QuantizeCall&);\n  void (*poison_shared)();\n};\n"
       << "inline const EmulatedQuantizeKernel kEmulatedQuantizeKernels[] = {\n"
       << table.str() << "};\n";
   return out.str();

@@ -18,6 +18,7 @@
 #include "codegen/numerics/scale.hpp"
 #include "cuda_host.hpp"
 #include "emulation_variants.hpp"
+#include "guarded_buffer.hpp"
 #include "runtime/reference/quantize_reference.hpp"
 
 namespace fp8c::emulation {
@@ -34,8 +35,10 @@ constexpr unsigned char kPoison = 0xCD;
 
 struct Case {
   int rows, cols;
-  bool specials;
+  bool specials;  // NaN and Inf among the values
   Order order;
+  std::size_t misalign = 0;  // bytes added to the output pointers
+  bool any_bits = false;     // every element a random bit pattern (NaN payloads, signs)
 };
 
 int tiles(int extent) {
@@ -51,7 +54,9 @@ void run_case(const QuantizeKernel& k, const EmulatedQuantizeKernel& kernel, con
   std::mt19937 rng(seed);
   const std::size_t rows = static_cast<std::size_t>(c.rows),
                     cols = static_cast<std::size_t>(c.cols);
-  const auto x = testing::random_block_quantize_input(k.input, rows, cols, c.specials, rng);
+  auto x = testing::random_block_quantize_input(k.input, rows, cols, c.specials, rng);
+  if (c.any_bits)
+    for (auto& byte : x) byte = static_cast<unsigned char>(rng());
   const auto pre = testing::random_block_quantize_input(k.input, rows, cols, false, rng);
   const float scale = std::uniform_real_distribution<float>(0.5f, 300.0f)(rng);
   const float amax_in = std::bit_cast<float>(
@@ -60,7 +65,8 @@ void run_case(const QuantizeKernel& k, const EmulatedQuantizeKernel& kernel, con
       reference_quantize(k, x.data(), pre.data(), scale, amax_in, c.rows, c.cols);
 
   const std::size_t n = rows * cols;
-  std::vector<unsigned char> row(n, kPoison), col(n, kPoison);
+  Buffer row(n, c.misalign, kPoison), col(n, c.misalign, kPoison);
+  ASSERT_EQ(reinterpret_cast<std::uintptr_t>(col.data()) % 16, c.misalign % 16);
   std::vector<float> partial(static_cast<std::size_t>(tiles(c.rows)) * cols, NAN);
   float scale_out[8] = {NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
   unsigned amax = 0;
@@ -82,7 +88,14 @@ void run_case(const QuantizeKernel& k, const EmulatedQuantizeKernel& kernel, con
                  row_tiles = static_cast<unsigned>(tiles(c.rows));
   const Dim3 grid =
       k.row_group > 0 ? Dim3{col_tiles * row_tiles, 1, 1} : Dim3{col_tiles, row_tiles, 1};
-  run_grid(grid, kQuantizeThreads, c.order, seed, [&] { kernel.run(a); });
+  const long long wide_before = host_wide_stores;
+  run_grid(
+      grid, kQuantizeThreads, c.order, seed, [&] { kernel.run(a); }, kernel.poison_shared);
+  // The 16-byte path runs exactly where it may: whole tiles, rows % 16 == 0,
+  // an aligned output.
+  const bool wide = k.wide_column_stores && k.columnwise && c.rows >= 128 && c.cols >= 128 &&
+                    c.rows % 16 == 0 && c.cols % 8 == 0 && c.misalign % 16 == 0;
+  EXPECT_EQ(host_wide_stores > wide_before, wide) << "16-byte columnwise stores";
 
   const auto check = [](const std::vector<unsigned char>& got,
                         const std::vector<std::uint8_t>& expected, const char* what) {
@@ -94,15 +107,16 @@ void run_case(const QuantizeKernel& k, const EmulatedQuantizeKernel& kernel, con
     EXPECT_EQ(bad, 0u) << what;
   };
   if (k.rowwise) {
-    check(row, want.rowwise, "rowwise");
+    check(row.contents(), want.rowwise, "rowwise");
   } else {
-    EXPECT_EQ(row, std::vector<unsigned char>(n, kPoison)) << "rowwise written";
+    EXPECT_EQ(row.contents(), std::vector<unsigned char>(n, kPoison)) << "rowwise written";
   }
   if (k.columnwise) {
-    check(col, want.columnwise, "columnwise");
+    check(col.contents(), want.columnwise, "columnwise");
   } else {
-    EXPECT_EQ(col, std::vector<unsigned char>(n, kPoison)) << "columnwise written";
+    EXPECT_EQ(col.contents(), std::vector<unsigned char>(n, kPoison)) << "columnwise written";
   }
+  EXPECT_TRUE(row.guards_intact() && col.guards_intact()) << "a write outside an output";
   if (k.amax) {
     EXPECT_EQ(amax, want.amax_bits)
         << std::bit_cast<float>(amax) << " vs " << std::bit_cast<float>(want.amax_bits);
@@ -152,6 +166,16 @@ TEST_P(QuantizeEmulation, MatchesTheCpuReference) {
     run_case(k, kernel, c, seed++);
     if (HasFatalFailure()) return;
   }
+  // Whole 16-byte-capable tiles in every thread order.
+  for (Order order : {Order::forward, Order::backward, Order::shuffled}) {
+    run_case(k, kernel, {512, 256, specials, order}, seed++);
+    if (HasFatalFailure()) return;
+  }
+  // Every bit pattern: NaN payloads and signs reach amax and the casts.
+  if (!k.dbias) run_case(k, kernel, {256, 264, true, Order::shuffled, 0, true}, seed++);
+  // A columnwise output 4 bytes past a 16-byte boundary: 4-byte stores, not
+  // 16-byte ones (rowwise outputs must be 8-byte aligned: QuantizeLauncher).
+  if (!k.rowwise) run_case(k, kernel, {256, 384, specials, Order::shuffled, 4}, seed++);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllVariants, QuantizeEmulation,

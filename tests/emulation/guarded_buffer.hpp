@@ -1,0 +1,35 @@
+// A host buffer for emulated kernels' outputs: the data `misalign` bytes
+// past a 16-byte boundary, between guards that must come back untouched.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+namespace fp8c::emulation {
+
+// A buffer with `offset` bytes before the data (to misalign it) and a guard
+// after it that must come back untouched.
+struct Buffer {
+  static constexpr std::size_t kGuard = 64;
+  std::vector<unsigned char> bytes;
+  std::size_t offset, size;
+  Buffer(std::size_t n, std::size_t misalign, unsigned char fill)
+      : bytes(16 + n + kGuard, 0xA5), offset(16 + misalign), size(n) {
+    std::fill(bytes.begin() + offset, bytes.begin() + offset + n, fill);
+  }
+  unsigned char* data() {
+    // The vector's storage is 16-byte aligned; data() is 16 + misalign past it.
+    return bytes.data() + offset;
+  }
+  std::vector<unsigned char> contents() const {
+    return {bytes.begin() + offset, bytes.begin() + offset + size};
+  }
+  bool guards_intact() const {
+    for (std::size_t i = 0; i < bytes.size(); ++i)
+      if ((i < offset || i >= offset + size) && bytes[i] != 0xA5) return false;
+    return true;
+  }
+};
+
+}  // namespace fp8c::emulation
