@@ -35,17 +35,6 @@ struct Case {
   std::size_t misalign = 0;  // bytes added to every pointer
 };
 
-void check_bytes(const std::vector<unsigned char>& got, const std::vector<std::uint8_t>& want,
-                 const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  std::size_t bad = 0;
-  for (std::size_t i = 0; i < got.size(); ++i)
-    if (got[i] != want[i] && ++bad <= 5)
-      ADD_FAILURE() << what << " byte " << i << ": 0x" << std::hex << int(got[i]) << ", want 0x"
-                    << int(want[i]);
-  EXPECT_EQ(bad, 0u) << what;
-}
-
 void run_case(const BlockQuantizeKernel& k, const EmulatedKernel& kernel, const Case& c,
               std::uint32_t seed) {
   const char* orders[] = {"forward", "backward", "shuffled"};

@@ -1,9 +1,13 @@
 // A host buffer for emulated kernels' outputs: the data `misalign` bytes
-// past a 16-byte boundary, between guards that must come back untouched.
+// past a 16-byte boundary, between guards that must come back untouched; and
+// a byte-for-byte comparison that names the first differences.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 namespace fp8c::emulation {
@@ -31,5 +35,18 @@ struct Buffer {
     return true;
   }
 };
+
+// Outputs equal to the reference byte for byte; the first five differences
+// are reported with their offsets.
+inline void check_bytes(const std::vector<unsigned char>& got,
+                        const std::vector<std::uint8_t>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (got[i] != want[i] && ++bad <= 5)
+      ADD_FAILURE() << what << " byte " << i << ": 0x" << std::hex << int(got[i]) << ", want 0x"
+                    << int(want[i]);
+  EXPECT_EQ(bad, 0u) << what;
+}
 
 }  // namespace fp8c::emulation

@@ -97,22 +97,13 @@ void run_case(const QuantizeKernel& k, const EmulatedQuantizeKernel& kernel, con
                     c.rows % 16 == 0 && c.cols % 8 == 0 && c.misalign % 16 == 0;
   EXPECT_EQ(host_wide_stores > wide_before, wide) << "16-byte columnwise stores";
 
-  const auto check = [](const std::vector<unsigned char>& got,
-                        const std::vector<std::uint8_t>& expected, const char* what) {
-    std::size_t bad = 0;
-    for (std::size_t i = 0; i < got.size(); ++i)
-      if (got[i] != expected[i] && ++bad <= 5)
-        ADD_FAILURE() << what << " byte " << i << ": 0x" << std::hex << int(got[i]) << ", want 0x"
-                      << int(expected[i]);
-    EXPECT_EQ(bad, 0u) << what;
-  };
   if (k.rowwise) {
-    check(row.contents(), want.rowwise, "rowwise");
+    check_bytes(row.contents(), want.rowwise, "rowwise");
   } else {
     EXPECT_EQ(row.contents(), std::vector<unsigned char>(n, kPoison)) << "rowwise written";
   }
   if (k.columnwise) {
-    check(col.contents(), want.columnwise, "columnwise");
+    check_bytes(col.contents(), want.columnwise, "columnwise");
   } else {
     EXPECT_EQ(col.contents(), std::vector<unsigned char>(n, kPoison)) << "columnwise written";
   }
