@@ -35,6 +35,11 @@ struct BlockQuantizeKernel {
   bool rowwise = true;
   bool columnwise = false;
   bool pow2 = false;  // blockwise only: scales rounded down to powers of two
+  // block_1x128 only: scales K-block-major, [ceil(inner/128)][outer] (rowwise
+  // [ceil(cols/128)][rows], columnwise [ceil(rows/128)][cols]), the order
+  // cuBLASLt's 1x128 mode reads (runtime/gemm/cublaslt_requirements.hpp),
+  // instead of [outer][ceil(inner/128)]. Same bytes, transposed.
+  bool k_block_major = false;
 
   std::string name() const;
   bool operator==(const BlockQuantizeKernel&) const = default;

@@ -44,6 +44,7 @@ std::string BlockQuantizeKernel::name() const {
   n += rowwise ? "_r" : "";
   n += columnwise ? "_c" : "";
   if (pow2) n += "_pow2";
+  if (k_block_major) n += "_kbm";
   return n;
 }
 
@@ -51,6 +52,9 @@ KernelSource emit_cuda(const BlockQuantizeKernel& k) {
   if (k.scaling != Scaling::block_1x128 && k.scaling != Scaling::block_128x128 &&
       k.scaling != Scaling::mx_1x32)
     throw std::invalid_argument("block quantize: not a block scaling: " +
+                                std::string(to_string(k.scaling)));
+  if (k.k_block_major && k.scaling != Scaling::block_1x128)
+    throw std::invalid_argument("block quantize: K-block-major scales are for block_1x128, not " +
                                 std::string(to_string(k.scaling)));
   std::ostringstream s;
   // MIN_BLOCKS: blocks per SM the launch bounds ask for. 16-bit inputs fit
@@ -63,6 +67,7 @@ KernelSource emit_cuda(const BlockQuantizeKernel& k) {
     << "#define MX " << cuda_bool(k.scaling == Scaling::mx_1x32) << "\n"
     << "#define SQUARE " << cuda_bool(k.scaling == Scaling::block_128x128) << "\n"
     << "#define POW2 " << cuda_bool(k.pow2) << "\n"
+    << "#define K_BLOCK_MAJOR " << cuda_bool(k.k_block_major) << "\n"
     << "#define FP8_MAX " << (k.format == Fp8Format::e4m3 ? "448.0f" : "57344.0f") << "\n"
     << "#define ELEMENT_EMAX " << (k.format == Fp8Format::e4m3 ? 8 : 15) << "\n"
     << "#define PACK " << cuda_pack_function(k.format) << "\n"
@@ -347,7 +352,8 @@ extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS)
       const int k = g >> 1, row = 64 * (k >> 2) + 4 * q + (k & 3);
       row_mult[row] = s;
       if (row < nr)
-        reinterpret_cast<float*>(row_scales)[(long long)(r0 + row) * ((cols + 127) / 128) + blockIdx.x] = 1.0f / s;
+        reinterpret_cast<float*>(row_scales)[K_BLOCK_MAJOR ? (long long)blockIdx.x * rows + r0 + row
+                                                           : (long long)(r0 + row) * ((cols + 127) / 128) + blockIdx.x] = 1.0f / s;
     }
 #endif
     __syncwarp();  // a row's multipliers are written and read by its own warp
@@ -428,7 +434,8 @@ extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS)
       const float s = block_scale(__uint_as_float(m));
       col_mult[t] = s;
       if (t < nc)
-        reinterpret_cast<float*>(col_scales)[(long long)(c0 + t) * ((rows + 127) / 128) + blockIdx.y] = 1.0f / s;
+        reinterpret_cast<float*>(col_scales)[K_BLOCK_MAJOR ? (long long)blockIdx.y * cols + c0 + t
+                                                           : (long long)(c0 + t) * ((rows + 127) / 128) + blockIdx.y] = 1.0f / s;
     }
 #endif
   }

@@ -26,9 +26,10 @@ namespace fp8c::runtime {
 // Where a block_1x128 scale tensor keeps its blocks, for an operand of
 // `rows` rows with K innermost (nb = ceil(k / 128)):
 //   row_major      scale_inv[r * nb + kb]: what the quantize kernels write
-//                  (codegen/kernels/block_quantize.hpp)
+//                  by default (codegen/kernels/block_quantize.hpp)
 //   k_block_major  scale_inv[kb * rows + r]: what cuBLASLt's 1x128 mode
-//                  (VEC128_32F) reads; see runtime/gemm/cublaslt_requirements.hpp
+//                  (VEC128_32F) reads (runtime/gemm/cublaslt_requirements.hpp),
+//                  and what BlockQuantizeKernel::k_block_major writes
 // block_128x128 has one order ([ceil(rows/128)][nb]) and ignores this.
 enum class BlockScaleOrder { row_major, k_block_major };
 

@@ -52,7 +52,9 @@ void quantize_usage(const BlockQuantizeKernel& k, const void* x, std::int64_t ro
         for (std::int64_t n = bn * b.inner; n < n1; ++n)
           amax = numerics::amax_combine(amax, numerics::magnitude(at(o, n)));
       float multiplier;
-      const std::size_t index = static_cast<std::size_t>(bo * inner_blocks + bn);
+      // block_1x128 K-block-major: [inner block][outer] (b.outer == 1, so bo is the row).
+      const std::size_t index = static_cast<std::size_t>(k.k_block_major ? bn * outer_blocks + bo
+                                                                         : bo * inner_blocks + bn);
       if (k.scaling == Scaling::mx_1x32) {
         const std::uint8_t code =
             numerics::mx_block_scale(amax, fmt, numerics::MxScaleRule::round_up);

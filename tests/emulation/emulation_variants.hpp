@@ -30,6 +30,16 @@ inline std::vector<BlockQuantizeKernel> emulated_block_quantize_variants() {
             k.pow2 = pow2;
             all.push_back(k);
           }
+  // 1x128 scales in cuBLASLt's K-block-major order.
+  for (ElemType input : {ElemType::bf16, ElemType::fp32})
+    for (int usage = 1; usage <= 3; ++usage) {
+      BlockQuantizeKernel k;
+      k.input = input;
+      k.rowwise = usage & 1;
+      k.columnwise = usage & 2;
+      k.k_block_major = true;
+      all.push_back(k);
+    }
   return all;
 }
 

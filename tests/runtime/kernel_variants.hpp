@@ -96,6 +96,12 @@ inline std::vector<BlockQuantizeKernel> block_quantize_variants() {
       k.columnwise = true;
       all.push_back(k);
     }
+  {  // 1x128 scales in cuBLASLt's K-block-major order
+    BlockQuantizeKernel k;
+    k.rowwise = k.columnwise = true;
+    k.k_block_major = true;
+    all.push_back(k);
+  }
   return all;
 }
 
