@@ -10,6 +10,15 @@ BlockQuantizeLauncher::BlockQuantizeLauncher(const Jit& jit, const BlockQuantize
       module_(compiled_.cubin),
       function_(module_.function(compiled_.entry)) {}
 
+LaunchShape block_quantize_launch_shape(int rows, int cols) {
+  LaunchShape shape;
+  shape.grid[0] = static_cast<unsigned>((cols + 127) / 128);
+  shape.grid[1] = static_cast<unsigned>((rows + 127) / 128);
+  shape.block[0] = kBlockQuantizeThreads;
+  shape.shared_bytes = kBlockQuantizeSharedBytes;
+  return shape;
+}
+
 void BlockQuantizeLauncher::launch(const BlockQuantizeArgs& a, CUstream stream) const {
   const auto need = [&](bool ok, const char* what) {
     if (!ok) throw std::invalid_argument(kernel_.name() + ": missing argument " + what);
@@ -26,12 +35,7 @@ void BlockQuantizeLauncher::launch(const BlockQuantizeArgs& a, CUstream stream) 
                   const_cast<CUdeviceptr*>(&a.columnwise_scales),
                   const_cast<int*>(&a.rows),
                   const_cast<int*>(&a.cols)};
-  LaunchShape shape;
-  shape.grid[0] = static_cast<unsigned>((a.cols + 127) / 128);
-  shape.grid[1] = static_cast<unsigned>((a.rows + 127) / 128);
-  shape.block[0] = kBlockQuantizeThreads;
-  shape.shared_bytes = kBlockQuantizeSharedBytes;
-  runtime::launch(function_, shape, stream, args);
+  runtime::launch(function_, block_quantize_launch_shape(a.rows, a.cols), stream, args);
 }
 
 }  // namespace fp8c::runtime

@@ -17,6 +17,10 @@ struct BlockQuantizeArgs {
   int cols = 0;
 };
 
+// The grid and block a block quantize kernel launches with for a rows x cols
+// tensor (what launch() uses; the CPU emulation runs the same grid).
+LaunchShape block_quantize_launch_shape(int rows, int cols);
+
 class BlockQuantizeLauncher {
  public:
   BlockQuantizeLauncher(const Jit& jit, const BlockQuantizeKernel& kernel);

@@ -30,6 +30,24 @@ std::optional<std::string> quantize_alignment_problem(const QuantizeKernel& k,
   return std::nullopt;
 }
 
+LaunchShape quantize_launch_shape(const QuantizeKernel& k, int rows, int cols) {
+  const int row_tiles = QuantizeLauncher::tiles(rows), col_tiles = QuantizeLauncher::tiles(cols);
+  LaunchShape shape;
+  if (k.row_group > 0) {
+    const long long blocks = static_cast<long long>(col_tiles) * row_tiles;
+    if (blocks > 0x7FFFFFFFLL)
+      throw std::invalid_argument(k.name() + ": " + std::to_string(rows) + " x " +
+                                  std::to_string(cols) +
+                                  " needs more blocks than one grid row holds");
+    shape.grid[0] = static_cast<unsigned>(blocks);
+  } else {
+    shape.grid[0] = static_cast<unsigned>(col_tiles);
+    shape.grid[1] = static_cast<unsigned>(row_tiles);
+  }
+  shape.block[0] = kQuantizeThreads;
+  return shape;
+}
+
 void QuantizeLauncher::launch(const QuantizeArgs& a, CUstream stream) const {
   const auto need = [&](bool condition, const char* what) {
     if (!condition)
@@ -56,20 +74,7 @@ void QuantizeLauncher::launch(const QuantizeArgs& a, CUstream stream) const {
                   const_cast<CUdeviceptr*>(&a.scale_out),
                   const_cast<int*>(&a.rows),
                   const_cast<int*>(&a.cols)};
-  LaunchShape shape;
-  if (kernel_.row_group > 0) {
-    const long long blocks = static_cast<long long>(tiles(a.cols)) * tiles(a.rows);
-    if (blocks > 0x7FFFFFFFLL)
-      throw std::invalid_argument(kernel_.name() + ": " + std::to_string(a.rows) + " x " +
-                                  std::to_string(a.cols) +
-                                  " needs more blocks than one grid row holds");
-    shape.grid[0] = static_cast<unsigned>(blocks);
-  } else {
-    shape.grid[0] = static_cast<unsigned>(tiles(a.cols));
-    shape.grid[1] = static_cast<unsigned>(tiles(a.rows));
-  }
-  shape.block[0] = kQuantizeThreads;
-  runtime::launch(function_, shape, stream, args);
+  runtime::launch(function_, quantize_launch_shape(kernel_, a.rows, a.cols), stream, args);
 }
 
 DbiasReduceLauncher::DbiasReduceLauncher(const Jit& jit, ElemType output)

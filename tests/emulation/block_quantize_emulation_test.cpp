@@ -16,6 +16,7 @@
 #include "cuda_host.hpp"
 #include "emulation_variants.hpp"
 #include "guarded_buffer.hpp"
+#include "runtime/block_quantize_launcher.hpp"
 #include "runtime/reference/block_quantize_reference.hpp"
 
 namespace fp8c::emulation {
@@ -55,10 +56,10 @@ void run_case(const BlockQuantizeKernel& k, const EmulatedKernel& kernel, const 
   Buffer row(n, c.misalign, 0xCD), col(n, c.misalign, 0xCD),
       row_scales(block_scale_bytes(k, c.rows, c.cols, false), 0, 0xCD),
       col_scales(block_scale_bytes(k, c.rows, c.cols, true), 0, 0xCD);
-  const Dim3 grid{static_cast<unsigned>((c.cols + 127) / 128),
-                  static_cast<unsigned>((c.rows + 127) / 128), 1};
+  const runtime::LaunchShape shape = runtime::block_quantize_launch_shape(c.rows, c.cols);
+  const Dim3 grid{shape.grid[0], shape.grid[1], shape.grid[2]};
   run_grid(
-      grid, kBlockQuantizeThreads, c.order, seed,
+      grid, static_cast<int>(shape.block[0]), c.order, seed,
       [&] {
         kernel.run(in.data(), row.data(), row_scales.data(), col.data(), col_scales.data(), c.rows,
                    c.cols);

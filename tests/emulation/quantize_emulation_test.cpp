@@ -19,6 +19,7 @@
 #include "cuda_host.hpp"
 #include "emulation_variants.hpp"
 #include "guarded_buffer.hpp"
+#include "runtime/quantize_launcher.hpp"
 #include "runtime/reference/quantize_reference.hpp"
 
 namespace fp8c::emulation {
@@ -40,10 +41,6 @@ struct Case {
   std::size_t misalign = 0;  // bytes added to the output pointers
   bool any_bits = false;     // every element a random bit pattern (NaN payloads, signs)
 };
-
-int tiles(int extent) {
-  return (extent + 127) / 128;
-}
 
 void run_case(const QuantizeKernel& k, const EmulatedQuantizeKernel& kernel, const Case& c,
               std::uint32_t seed) {
@@ -67,7 +64,8 @@ void run_case(const QuantizeKernel& k, const EmulatedQuantizeKernel& kernel, con
   const std::size_t n = rows * cols;
   Buffer row(n, c.misalign, kPoison), col(n, c.misalign, kPoison);
   ASSERT_EQ(reinterpret_cast<std::uintptr_t>(col.data()) % 16, c.misalign % 16);
-  std::vector<float> partial(static_cast<std::size_t>(tiles(c.rows)) * cols, NAN);
+  const int row_tiles = runtime::QuantizeLauncher::tiles(c.rows);
+  std::vector<float> partial(static_cast<std::size_t>(row_tiles) * cols, NAN);
   float scale_out[8] = {NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
   unsigned amax = 0;
   const unsigned amax_in_bits = std::bit_cast<unsigned>(amax_in);
@@ -83,14 +81,13 @@ void run_case(const QuantizeKernel& k, const EmulatedQuantizeKernel& kernel, con
   a.scale_out = scale_out;
   a.rows = c.rows;
   a.cols = c.cols;
-  // The launcher's grid (runtime/quantize_launcher.cpp).
-  const unsigned col_tiles = static_cast<unsigned>(tiles(c.cols)),
-                 row_tiles = static_cast<unsigned>(tiles(c.rows));
-  const Dim3 grid =
-      k.row_group > 0 ? Dim3{col_tiles * row_tiles, 1, 1} : Dim3{col_tiles, row_tiles, 1};
+  // The launcher's own grid.
+  const runtime::LaunchShape shape = runtime::quantize_launch_shape(k, c.rows, c.cols);
+  const Dim3 grid{shape.grid[0], shape.grid[1], shape.grid[2]};
   const long long wide_before = host_wide_stores;
   run_grid(
-      grid, kQuantizeThreads, c.order, seed, [&] { kernel.run(a); }, kernel.poison_shared);
+      grid, static_cast<int>(shape.block[0]), c.order, seed, [&] { kernel.run(a); },
+      kernel.poison_shared);
   // The 16-byte path runs exactly where it may: whole tiles, rows % 16 == 0,
   // an aligned output.
   const bool wide = k.wide_column_stores && k.columnwise && c.rows >= 128 && c.cols >= 128 &&
@@ -121,7 +118,7 @@ void run_case(const QuantizeKernel& k, const EmulatedQuantizeKernel& kernel, con
     for (std::size_t cc = 0; cc < cols; ++cc) {
       float total = 0.0f;  // in tile order, as the reduce kernel adds them
       double magnitude = 0;
-      for (std::size_t t = 0; t < static_cast<std::size_t>(tiles(c.rows)); ++t)
+      for (std::size_t t = 0; t < static_cast<std::size_t>(row_tiles); ++t)
         total += partial[t * cols + cc];
       for (std::size_t r = 0; r < rows; ++r)
         magnitude += std::fabs(
