@@ -1,8 +1,9 @@
 // Writes the generated CUDA source of every emulated block and per-tensor
 // quantize variant as C++ for the host (cuda_host.hpp): each kernel in a
 // namespace of its own, its few PTX functions replaced by host twins, its
-// macros undefined after it, and a table of entry points per kind. Fails if a PTX function it does
-// not know of appears, so a kernel change cannot silently escape the emulation.
+// shared arrays hoisted (see hoist_shared), its macros undefined after it,
+// and a table of entry points per kind. Fails if a PTX function it does not
+// know of appears, so a kernel change cannot silently escape the emulation.
 //
 //   emit_for_host BLOCK_QUANTIZE.inc QUANTIZE.inc
 
