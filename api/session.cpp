@@ -13,7 +13,7 @@
 #include <map>
 #include <sstream>
 
-#include "codegen/planner.hpp"
+#include "codegen/plan/planner.hpp"
 #include "runtime/comm/local_device_group.hpp"
 #include "runtime/comm/nccl_bootstrap.hpp"
 #include "runtime/comm/nccl_communicator.hpp"

@@ -23,7 +23,7 @@
 #include <string>
 
 #include "codegen/kernels/kernel_source.hpp"
-#include "codegen/plan.hpp"
+#include "codegen/plan/plan.hpp"
 #include "fp8c/spec.hpp"
 
 namespace fp8c {

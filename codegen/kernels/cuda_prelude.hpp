@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "codegen/plan.hpp"
+#include "codegen/plan/plan.hpp"
 #include "fp8c/spec.hpp"
 
 namespace fp8c {

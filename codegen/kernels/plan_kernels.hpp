@@ -18,7 +18,7 @@
 #include "codegen/kernels/quantize.hpp"
 #include "codegen/kernels/scale_update.hpp"
 #include "codegen/kernels/transpose.hpp"
-#include "codegen/plan.hpp"
+#include "codegen/plan/plan.hpp"
 #include "fp8c/spec.hpp"
 
 namespace fp8c {

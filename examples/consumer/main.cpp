@@ -8,7 +8,7 @@
 #include <iostream>
 #include <string>
 
-#include "codegen/planner.hpp"
+#include "codegen/plan/planner.hpp"
 #include "collectives/gloo_communicator.hpp"
 #include "fp8c/dsl.hpp"
 #include "fp8c/session.hpp"

@@ -5,7 +5,7 @@
 
 #include "codegen/numerics/amax.hpp"
 #include "codegen/numerics/scale.hpp"
-#include "codegen/plan_check.hpp"
+#include "codegen/plan/plan_check.hpp"
 #include "collectives/collective_error.hpp"
 #include "collectives/segments.hpp"
 #include "runtime/cpu/activation.hpp"

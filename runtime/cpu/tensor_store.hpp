@@ -12,7 +12,7 @@
 #include <span>
 #include <vector>
 
-#include "codegen/plan.hpp"
+#include "codegen/plan/plan.hpp"
 
 namespace fp8c::cpu {
 

@@ -6,7 +6,7 @@
 #include <iomanip>
 #include <sstream>
 
-#include "codegen/planner.hpp"
+#include "codegen/plan/planner.hpp"
 #include "runtime/cpu/reference.hpp"
 
 namespace fp8c::cpu {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/plan.hpp"
+#include "codegen/plan/plan.hpp"
 #include "fp8c/spec.hpp"
 #include "runtime/cpu/executor.hpp"
 

@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "codegen/plan.hpp"
+#include "codegen/plan/plan.hpp"
 #include "fp8c/spec.hpp"
 #include "runtime/cuda_driver.hpp"
 

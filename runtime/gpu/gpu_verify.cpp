@@ -4,7 +4,7 @@
 #include <cstring>
 #include <optional>
 
-#include "codegen/planner.hpp"
+#include "codegen/plan/planner.hpp"
 #include "runtime/cpu/reference.hpp"
 #include "runtime/gpu/kernel_set.hpp"
 #include "runtime/gpu/rank_executor.hpp"

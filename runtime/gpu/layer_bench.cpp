@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "codegen/numerics/half.hpp"
-#include "codegen/planner.hpp"
+#include "codegen/plan/planner.hpp"
 #include "runtime/comm/local_device_group.hpp"
 #include "runtime/gemm/gemm.hpp"
 #include "runtime/gpu/kernel_set.hpp"

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "codegen/kernels/plan_kernels.hpp"
-#include "codegen/plan.hpp"
+#include "codegen/plan/plan.hpp"
 #include "runtime/comm/device_communicator.hpp"
 #include "runtime/cpu/executor.hpp"
 #include "runtime/cpu/tensor_store.hpp"

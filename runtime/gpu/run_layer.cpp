@@ -4,7 +4,7 @@
 #include <memory>
 #include <thread>
 
-#include "codegen/plan_check.hpp"
+#include "codegen/plan/plan_check.hpp"
 #include "runtime/comm/local_device_group.hpp"
 #include "runtime/cpu/tensor_store.hpp"
 #include "runtime/gemm/gemm.hpp"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/plan.hpp"
+#include "codegen/plan/plan.hpp"
 #include "fp8c/spec.hpp"
 #include "runtime/cpu/executor.hpp"
 #include "runtime/device.hpp"

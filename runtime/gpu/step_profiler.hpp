@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/plan.hpp"
+#include "codegen/plan/plan.hpp"
 #include "runtime/device.hpp"
 
 namespace fp8c::runtime {

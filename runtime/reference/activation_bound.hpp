@@ -14,7 +14,7 @@
 
 #include <cmath>
 
-#include "codegen/plan.hpp"
+#include "codegen/plan/plan.hpp"
 #include "fp8c/spec.hpp"
 
 namespace fp8c::runtime {

@@ -11,7 +11,7 @@
 #include <cstring>
 
 #include "codegen/numerics/half.hpp"
-#include "codegen/plan.hpp"
+#include "codegen/plan/plan.hpp"
 
 namespace fp8c::runtime {
 

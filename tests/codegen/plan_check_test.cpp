@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
-#include "codegen/plan_check.hpp"
-#include "codegen/planner.hpp"
+#include "codegen/plan/plan_check.hpp"
+#include "codegen/plan/planner.hpp"
 #include "tests/codegen/plan_test_support.hpp"
 
 namespace fp8c {

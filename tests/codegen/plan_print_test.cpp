@@ -2,8 +2,8 @@
 // JSON is well formed.
 #include <gtest/gtest.h>
 
-#include "codegen/plan_print.hpp"
-#include "codegen/planner.hpp"
+#include "codegen/plan/plan_print.hpp"
+#include "codegen/plan/planner.hpp"
 #include "tests/codegen/plan_test_support.hpp"
 
 namespace fp8c {

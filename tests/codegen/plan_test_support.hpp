@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "codegen/plan.hpp"
-#include "codegen/planner.hpp"
+#include "codegen/plan/plan.hpp"
+#include "codegen/plan/planner.hpp"
 #include "fp8c/spec.hpp"
 
 namespace fp8c::testing {

@@ -2,8 +2,8 @@
 // layout, and the bytes it communicates.
 #include <gtest/gtest.h>
 
-#include "codegen/plan_check.hpp"
-#include "codegen/planner.hpp"
+#include "codegen/plan/plan_check.hpp"
+#include "codegen/plan/planner.hpp"
 #include "tests/codegen/plan_test_support.hpp"
 
 namespace fp8c {

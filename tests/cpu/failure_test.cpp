@@ -13,8 +13,8 @@
 #include <fstream>
 #include <limits>
 
-#include "codegen/plan_check.hpp"
-#include "codegen/planner.hpp"
+#include "codegen/plan/plan_check.hpp"
+#include "codegen/plan/planner.hpp"
 #include "collectives/collective_error.hpp"
 #include "cpu_test_support.hpp"
 #include "runtime/cpu/quantize.hpp"

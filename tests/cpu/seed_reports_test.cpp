@@ -10,7 +10,7 @@
 
 #include <algorithm>
 
-#include "codegen/planner.hpp"
+#include "codegen/plan/planner.hpp"
 #include "cpu_test_support.hpp"
 #include "runtime/cpu/executor.hpp"
 

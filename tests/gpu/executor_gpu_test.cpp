@@ -8,7 +8,7 @@
 
 #include "../cpu/cpu_test_support.hpp"
 #include "../runtime/gpu_fixture.hpp"
-#include "codegen/planner.hpp"
+#include "codegen/plan/planner.hpp"
 #include "fp8c/dsl.hpp"
 #include "runtime/gpu/gpu_verify.hpp"
 #include "runtime/gpu/run_layer.hpp"

@@ -9,7 +9,7 @@
 #include <variant>
 
 #include "../cpu/cpu_test_support.hpp"
-#include "codegen/planner.hpp"
+#include "codegen/plan/planner.hpp"
 #include "fp8c/dsl.hpp"
 #include "runtime/gpu/rank_executor.hpp"
 

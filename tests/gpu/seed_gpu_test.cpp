@@ -11,7 +11,7 @@
 
 #include "../cpu/cpu_test_support.hpp"
 #include "../runtime/gpu_fixture.hpp"
-#include "codegen/planner.hpp"
+#include "codegen/plan/planner.hpp"
 #include "runtime/gpu/run_layer.hpp"
 
 namespace fp8c::runtime {

@@ -10,7 +10,7 @@
 
 #include "../runtime/gpu_fixture.hpp"
 #include "codegen/numerics/half.hpp"
-#include "codegen/planner.hpp"
+#include "codegen/plan/planner.hpp"
 #include "fp8c/session.hpp"
 #include "runtime/cpu/executor.hpp"
 #include "runtime/device.hpp"

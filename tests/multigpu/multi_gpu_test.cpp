@@ -23,7 +23,7 @@
 #include <filesystem>
 
 #include "../cpu/cpu_test_support.hpp"
-#include "codegen/planner.hpp"
+#include "codegen/plan/planner.hpp"
 #include "collectives/collective_error.hpp"
 #include "fp8c/dsl.hpp"
 #include "runtime/comm/local_device_group.hpp"

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "codegen/numerics/half.hpp"
-#include "codegen/plan.hpp"
+#include "codegen/plan/plan.hpp"
 
 namespace fp8c::testing {
 

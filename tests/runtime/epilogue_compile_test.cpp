@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "codegen/kernels/plan_kernels.hpp"
-#include "codegen/planner.hpp"
+#include "codegen/plan/planner.hpp"
 #include "epilogue_variants.hpp"
 #include "fp8c/dsl.hpp"
 #include "runtime/nvrtc.hpp"

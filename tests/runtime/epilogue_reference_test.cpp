@@ -17,7 +17,7 @@
 #include "codegen/kernels/plan_kernels.hpp"
 #include "codegen/numerics/amax.hpp"
 #include "codegen/numerics/half.hpp"
-#include "codegen/planner.hpp"
+#include "codegen/plan/planner.hpp"
 #include "fp8c/dsl.hpp"
 #include "runtime/cpu/executor.hpp"
 #include "runtime/cpu/quantize.hpp"

@@ -33,7 +33,7 @@
 
 #include "codegen/numerics/fp8.hpp"
 #include "codegen/numerics/half.hpp"
-#include "codegen/plan.hpp"
+#include "codegen/plan/plan.hpp"
 
 namespace fp8c::testing {
 

@@ -8,7 +8,7 @@
 #include <set>
 
 #include "codegen/kernels/plan_kernels.hpp"
-#include "codegen/planner.hpp"
+#include "codegen/plan/planner.hpp"
 #include "fp8c/dsl.hpp"
 #include "other_kernel_variants.hpp"
 #include "runtime/jit.hpp"

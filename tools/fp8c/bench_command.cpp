@@ -3,7 +3,7 @@
 
 #include <iostream>
 
-#include "codegen/planner.hpp"
+#include "codegen/plan/planner.hpp"
 #include "runtime/cubin_cache.hpp"
 #include "runtime/dynamic_library.hpp"
 #include "runtime/gpu/layer_bench.hpp"

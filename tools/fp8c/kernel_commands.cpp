@@ -6,7 +6,7 @@
 #include <iostream>
 
 #include "codegen/kernels/plan_kernels.hpp"
-#include "codegen/planner.hpp"
+#include "codegen/plan/planner.hpp"
 #include "fp8c/dsl.hpp"
 #include "runtime/jit.hpp"
 #include "tools/fp8c/commands.hpp"

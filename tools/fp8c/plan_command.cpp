@@ -2,8 +2,8 @@
 
 #include <iostream>
 
-#include "codegen/plan_print.hpp"
-#include "codegen/planner.hpp"
+#include "codegen/plan/plan_print.hpp"
+#include "codegen/plan/planner.hpp"
 #include "fp8c/dsl.hpp"
 #include "tools/fp8c/commands.hpp"
 

@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "codegen/planner.hpp"
+#include "codegen/plan/planner.hpp"
 #include "collectives/gloo_communicator.hpp"
 #include "fp8c/dsl.hpp"
 #include "runtime/comm/nccl_bootstrap.hpp"

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/plan.hpp"
+#include "codegen/plan/plan.hpp"
 
 namespace fp8c {
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "codegen/plan.hpp"
+#include "codegen/plan/plan.hpp"
 
 namespace fp8c {
 

@@ -7,7 +7,7 @@
 #include <optional>
 #include <stdexcept>
 
-#include "codegen/plan.hpp"
+#include "codegen/plan/plan.hpp"
 #include "fp8c/spec.hpp"
 
 namespace fp8c {

@@ -1,5 +1,5 @@
 // Names and sizes of Plan values.
-#include "codegen/plan.hpp"
+#include "codegen/plan/plan.hpp"
 
 namespace fp8c {
 

@@ -1,7 +1,7 @@
 // Text and JSON forms of a Plan. Both list the same facts: tensors with
 // logical shape, physical order, sharding and segments; steps with their
 // tensors; bytes communicated and buffer bytes per rank.
-#include "codegen/plan_print.hpp"
+#include "codegen/plan/plan_print.hpp"
 
 #include <set>
 #include <sstream>

@@ -13,7 +13,7 @@
 //   that produced and gathered rowwise data where only columnwise was needed;
 // - per-tensor scales of sharded tensors come from an amax reduced over the
 //   group, so every rank (and the one-rank run) uses the same scale.
-#include "codegen/plan_check.hpp"
+#include "codegen/plan/plan_check.hpp"
 
 #include <map>
 #include <set>

@@ -11,11 +11,11 @@
 // - A debug fallback GEMM reads the high-precision tensor when this rank has
 //   it whole, else dequantizes the FP8 operand the FP8 GEMM would have read,
 //   so debugging never changes what is communicated.
-#include "codegen/planner.hpp"
+#include "codegen/plan/planner.hpp"
 
 #include <algorithm>
 
-#include "codegen/plan_check.hpp"
+#include "codegen/plan/plan_check.hpp"
 
 namespace fp8c {
 namespace {
