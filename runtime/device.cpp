@@ -63,9 +63,18 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   return *this;
 }
 
+void copy_to_device(CUdeviceptr to, const void* from, std::size_t bytes) {
+  if (bytes == 0) return;
+  // The explicit legacy stream, whichever default stream the entry points
+  // resolved to, and waiting for it: that wait covers the DMA out of the
+  // staging buffer, which cuMemcpyHtoD alone does not.
+  FP8C_CU(driver().cuMemcpyHtoDAsync(to, from, bytes, CU_STREAM_LEGACY));
+  FP8C_CU(driver().cuStreamSynchronize(CU_STREAM_LEGACY));
+}
+
 void DeviceBuffer::upload(const void* host, std::size_t bytes, std::size_t offset) {
   if (offset + bytes > bytes_) throw std::out_of_range("DeviceBuffer::upload past the end");
-  if (bytes) FP8C_CU(driver().cuMemcpyHtoD(pointer_ + offset, host, bytes));
+  copy_to_device(pointer_ + offset, host, bytes);
 }
 
 void DeviceBuffer::download(void* host, std::size_t bytes, std::size_t offset) const {
@@ -75,6 +84,13 @@ void DeviceBuffer::download(void* host, std::size_t bytes, std::size_t offset) c
 
 void DeviceBuffer::fill(unsigned char byte, CUstream stream) {
   FP8C_CU(driver().cuMemsetD8Async(pointer_, byte, bytes_ == 0 ? 1 : bytes_, stream));
+}
+
+void DeviceBuffer::fill(unsigned char byte) {
+  // A memset is asynchronous even without a stream; on the legacy stream it
+  // is not ordered with non-blocking streams, so wait for it here.
+  fill(byte, CU_STREAM_LEGACY);
+  FP8C_CU(driver().cuStreamSynchronize(CU_STREAM_LEGACY));
 }
 
 Stream::Stream(bool blocking) {

@@ -42,6 +42,22 @@ class Device {
   int minor_ = 0;
 };
 
+// Copies `bytes` from host memory to device memory and returns only once
+// the data is in place, so work enqueued afterwards on ANY stream, non-blocking
+// ones included, sees it. (A bare cuMemcpyHtoD from pageable memory returns
+// once the data is staged, before the DMA into device memory has finished,
+// and that DMA is ordered only with the legacy default stream and blocking
+// streams: a kernel on a non-blocking stream can read the old bytes.) It is
+// enqueued on the legacy default stream, after the work of that stream and of
+// blocking streams; work on a non-blocking stream that still uses the
+// destination must have been waited for by the caller.
+void copy_to_device(CUdeviceptr to, const void* from, std::size_t bytes);
+
+// Device memory. upload, download and fill without a stream block the
+// calling thread until they are done; they run on the legacy default stream,
+// so they are not ordered after work on a non-blocking stream: synchronise
+// the stream that last used the buffer before reading it back (download) or
+// overwriting it (upload, fill).
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
@@ -57,9 +73,16 @@ class DeviceBuffer {
     return reinterpret_cast<T*>(pointer_);
   }
 
+  // Complete on return (copy_to_device).
   void upload(const void* host, std::size_t bytes, std::size_t offset = 0);
+  // Complete on return.
   void download(void* host, std::size_t bytes, std::size_t offset = 0) const;
-  void fill(unsigned char byte, CUstream stream = nullptr);
+  // Every byte set to `byte`, enqueued on `stream`: ordered after that
+  // stream's work and before what is enqueued there next, nothing more.
+  void fill(unsigned char byte, CUstream stream);
+  // Every byte set to `byte`, complete on return (like upload), so a kernel on
+  // any stream launched afterwards sees it.
+  void fill(unsigned char byte);
 
  private:
   CUdeviceptr pointer_ = 0;

@@ -44,9 +44,13 @@ class DeviceCommunicator {
   virtual std::string_view backend_name() const = 0;
 
   // Each call is enqueued on `stream` after the work already there; the
-  // buffers must stay valid until the stream passes it. Counts are elements
-  // of `dtype`, as in NCCL. Backends may block the calling thread (the
-  // single-GPU group does, bounded by timeout()); NCCL does not.
+  // buffers must stay valid until the stream passes it. Work on other
+  // streams is not ordered before it, as with NCCL: a send buffer written on
+  // another stream, or by a cuMemcpyHtoD from pageable memory (which returns
+  // before its DMA has landed; see copy_to_device in runtime/device.hpp),
+  // must be waited for first. Counts are elements of `dtype`, as in NCCL.
+  // Backends may block the calling thread (the single-GPU group does,
+  // bounded by timeout()); NCCL does not.
   virtual void all_gather(CUdeviceptr send, CUdeviceptr recv, std::size_t send_count, DType dtype,
                           CUstream stream) = 0;
   virtual void reduce_scatter(CUdeviceptr send, CUdeviceptr recv, std::size_t recv_count,

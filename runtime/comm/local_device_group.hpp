@@ -13,7 +13,8 @@
 // Stream and synchronisation scheme (correctness first; performance is
 // secondary in this mode). A collective on rank r:
 //   1. synchronises r's stream: r's send buffer is complete and no earlier
-//      work of r can still touch its buffers;
+//      work of r's stream can still touch its buffers (work on other
+//      streams is the caller's to order, see device_communicator.hpp);
 //   2. publishes its send/recv pointers and waits until every rank has
 //      arrived with the same call (collectives::InProcessRendezvous: a
 //      missing rank is kTimeout on the waiting ranks, a disagreement

@@ -289,20 +289,31 @@ std::string describe(const std::exception_ptr& failure) {
   return "unknown exception";
 }
 
-// The first differing element as "element i: 0x.. vs 0x..", or "".
+// The first differing element as "element i: expected 0x.., got 0x.. (n of
+// m elements differ, the last at element j)", or "". NaNs compare by their
+// bits: rank_reduce.hpp makes the payloads part of the contract. The count
+// and the last index tell a run of unwritten data (a race) from a few wrong
+// values.
 std::string first_difference(const Bytes& expected, const Bytes& actual, std::size_t element) {
   if (expected.size() != actual.size()) return "sizes differ";
+  std::size_t first = expected.size(), last = 0, differing = 0;
   for (std::size_t i = 0; i < expected.size(); i += element) {
     if (std::memcmp(&expected[i], &actual[i], element) == 0) continue;
-    char text[96];
-    std::uint64_t e = 0, a = 0;
-    std::memcpy(&e, &expected[i], element);
-    std::memcpy(&a, &actual[i], element);
-    std::snprintf(text, sizeof text, "element %zu: expected 0x%llx, got 0x%llx", i / element,
-                  static_cast<unsigned long long>(e), static_cast<unsigned long long>(a));
-    return text;
+    if (differing++ == 0) first = i;
+    last = i;
   }
-  return "";
+  if (differing == 0) return "";
+  char text[192];
+  std::uint64_t e = 0, a = 0;
+  std::memcpy(&e, &expected[first], element);
+  std::memcpy(&a, &actual[first], element);
+  std::snprintf(text, sizeof text,
+                "element %zu: expected 0x%llx, got 0x%llx (%zu of %zu elements differ, the last "
+                "at element %zu)",
+                first / element, static_cast<unsigned long long>(e),
+                static_cast<unsigned long long>(a), differing, expected.size() / element,
+                last / element);
+  return text;
 }
 
 class LocalDeviceGroupGpu : public ::testing::TestWithParam<int> {};

@@ -65,6 +65,13 @@ std::int64_t first_difference(const std::vector<std::uint8_t>& a,
   return -1;
 }
 
+std::size_t differing_bytes(const std::vector<std::uint8_t>& a,
+                            const std::vector<std::uint8_t>& b) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) n += a[i] != b[i];
+  return n;
+}
+
 struct Shape {
   int rows, cols;
 };
@@ -122,8 +129,12 @@ TEST_P(PermuteGpu, MatchesReferenceBitForBit) {
   launcher.launch(din.get(), dout.get(), c.ranks, c.outer, c.inner_local, stream.get());
   stream.synchronize();
   const auto want = reference_permute(in.data(), c.element_bytes, c.ranks, c.outer, c.inner_local);
-  const std::int64_t at = first_difference(download(dout, bytes), want);
-  EXPECT_EQ(at, -1) << "first difference at output byte " << at;
+  const auto got = download(dout, bytes);
+  const std::int64_t at = first_difference(got, want);
+  EXPECT_EQ(at, -1) << "first difference at output byte " << at << ": got 0x" << std::hex
+                    << (at >= 0 ? int{got[static_cast<std::size_t>(at)]} : 0) << ", want 0x"
+                    << (at >= 0 ? int{want[static_cast<std::size_t>(at)]} : 0) << std::dec << " ("
+                    << differing_bytes(got, want) << " of " << bytes << " bytes differ)";
 }
 
 std::vector<PermuteCase> permute_cases() {
