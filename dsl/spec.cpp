@@ -20,6 +20,14 @@ const Layer* Spec::find_layer(std::string_view name) const {
   return nullptr;
 }
 
+Recipe default_recipe(RecipeKind kind) {
+  Recipe recipe;
+  recipe.kind = kind;
+  if (kind == RecipeKind::blockwise || kind == RecipeKind::mxfp8) recipe.backward = Fp8Format::e4m3;
+  if (kind == RecipeKind::blockwise) recipe.scale = ScaleForm::pow2;
+  return recipe;
+}
+
 #define FP8C_TO_STRING(Type)                        \
   std::string_view to_string(Type value) {          \
     for (const auto& [name, v] : dsl::names<Type>()) \

@@ -35,6 +35,9 @@ enum class ScaleForm { fp32, pow2 };
 // (E4M3 and E5M2 both encode NaN), or fail the step and leave state unchanged.
 enum class NanPolicy { propagate, error };
 
+// A recipe's settings. The member defaults are those of delayed and current
+// scaling; default_recipe(kind) gives each kind's own (what the checker starts
+// a recipe of that kind from).
 struct Recipe {
   std::string name;  // empty for an inline recipe
   RecipeKind kind = RecipeKind::none;
@@ -51,6 +54,12 @@ struct Recipe {
   bool is_fp8() const { return kind != RecipeKind::none; }
   bool operator==(const Recipe&) const = default;
 };
+
+// A recipe of `kind` with that kind's defaults, as TransformerEngine's recipes
+// have them: delayed and current are HYBRID (forward e4m3, backward e5m2, fp32
+// scales); blockwise is Float8BlockScaling (e4m3 throughout, power-of-two
+// scales); mxfp8 is MXFP8BlockScaling (e4m3 throughout, E8M0 scales).
+Recipe default_recipe(RecipeKind kind);
 
 enum class Overlap { none, bulk, ring };
 

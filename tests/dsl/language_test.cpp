@@ -28,8 +28,7 @@ std::vector<std::string> check_errors(const std::string& text, const CheckOption
 }
 
 Recipe make_recipe(RecipeKind kind, std::string name = "") {
-  Recipe r;
-  r.kind = kind;
+  Recipe r = default_recipe(kind);
   r.name = std::move(name);
   return r;
 }
@@ -170,6 +169,68 @@ TEST(Defaults, RecipeKindsStartFromTheirDefaults) {
   EXPECT_EQ(spec->recipes[2], make_recipe(RecipeKind::blockwise, "b"));
   EXPECT_EQ(spec->recipes[3], make_recipe(RecipeKind::mxfp8, "m"));
   EXPECT_EQ(spec->recipes[4], make_recipe(RecipeKind::none, "n"));
+}
+
+// TransformerEngine's defaults: HYBRID (E4M3 forward, E5M2 backward) for
+// per-tensor scaling, E4M3 throughout for Float8BlockScaling (with
+// power-of-two scales) and MXFP8BlockScaling.
+TEST(Defaults, RecipeDefaultsAreTransformerEngines) {
+  const auto spec = check_ok(
+      "recipe d = delayed\nrecipe c = current\nrecipe b = blockwise\nrecipe m = mxfp8\n"
+      "layer fc1 = linear { in = 64 out = 64 recipe = blockwise { nan = error } }\n");
+  ASSERT_TRUE(spec);
+  const std::vector<std::tuple<Fp8Format, Fp8Format, ScaleForm>> expected = {
+      {Fp8Format::e4m3, Fp8Format::e5m2, ScaleForm::fp32},
+      {Fp8Format::e4m3, Fp8Format::e5m2, ScaleForm::fp32},
+      {Fp8Format::e4m3, Fp8Format::e4m3, ScaleForm::pow2},
+      {Fp8Format::e4m3, Fp8Format::e4m3, ScaleForm::fp32}};  // mxfp8: E8M0, no scale key
+  ASSERT_EQ(spec->recipes.size(), expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    SCOPED_TRACE(spec->recipes[i].name);
+    EXPECT_EQ(spec->recipes[i].forward, std::get<0>(expected[i]));
+    EXPECT_EQ(spec->recipes[i].backward, std::get<1>(expected[i]));
+    EXPECT_EQ(spec->recipes[i].scale, std::get<2>(expected[i]));
+    EXPECT_EQ(spec->recipes[i], make_recipe(spec->recipes[i].kind, spec->recipes[i].name));
+  }
+  // An inline recipe starts from its kind's defaults too.
+  EXPECT_EQ(spec->layers[0].recipe.backward, Fp8Format::e4m3);
+  EXPECT_EQ(spec->layers[0].recipe.scale, ScaleForm::pow2);
+  EXPECT_EQ(spec->layers[0].recipe.nan, NanPolicy::error);
+}
+
+TEST(Defaults, BlockRecipeDefaultsCanBeOverridden) {
+  const auto spec = check_ok(
+      "recipe b = blockwise { backward = e5m2 scale = fp32 }\n"
+      "recipe m = mxfp8 { backward = e5m2 }\n"
+      "recipe b2 = b { nan = error }\n"
+      "layer fc1 = linear { in = 64 out = 64 recipe = b2 }\n");
+  ASSERT_TRUE(spec);
+  EXPECT_EQ(spec->recipes[0].backward, Fp8Format::e5m2);
+  EXPECT_EQ(spec->recipes[0].scale, ScaleForm::fp32);
+  EXPECT_EQ(spec->recipes[1].backward, Fp8Format::e5m2);
+  // A refinement starts from the recipe it refines, not from the kind.
+  EXPECT_EQ(spec->recipes[2].backward, Fp8Format::e5m2);
+  EXPECT_EQ(spec->recipes[2].scale, ScaleForm::fp32);
+}
+
+TEST(Defaults, ExplainWritesTheRecipeDefaults) {
+  const SourceFile file("t.fp8",
+                        "recipe b = blockwise\nrecipe m = mxfp8\nrecipe c = current\n"
+                        "layer fc1 = linear { in = 64 out = 64 recipe = b }\n");
+  const CheckResult result = check_source(file);
+  ASSERT_TRUE(result.spec);
+  const std::string text = explain_spec(*result.spec);
+  EXPECT_NE(text.find("recipe b = blockwise {\n  forward  = e4m3\n  backward = e4m3\n"
+                      "  scale    = pow2\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("recipe m = mxfp8 {\n  forward  = e4m3\n  backward = e4m3\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("recipe c = current {\n  forward  = e4m3\n  backward = e5m2\n"
+                      "  scale    = fp32\n"),
+            std::string::npos)
+      << text;
 }
 
 TEST(Defaults, EverySettingCanBeWritten) {
