@@ -28,6 +28,18 @@ Recipe default_recipe(RecipeKind kind) {
   return recipe;
 }
 
+const Layer* fp8_output_consumer(const Spec& spec, const Layer& producer) {
+  if (!producer.output_fp8 || !producer.recipe.is_fp8()) return nullptr;
+  const Layer* consumer = nullptr;
+  for (const auto& layer : spec.layers) {
+    if (layer.input != producer.name) continue;
+    if (consumer) return nullptr;  // one FP8 tensor carries one consumer's input scale
+    consumer = &layer;
+  }
+  if (!consumer || consumer->recipe.kind != RecipeKind::delayed) return nullptr;
+  return consumer;
+}
+
 #define FP8C_TO_STRING(Type)                        \
   std::string_view to_string(Type value) {          \
     for (const auto& [name, v] : dsl::names<Type>()) \

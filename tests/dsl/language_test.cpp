@@ -33,6 +33,14 @@ Recipe make_recipe(RecipeKind kind, std::string name = "") {
   return r;
 }
 
+// The diagnostics of a file that checks (warnings allowed), as "LINE:COL: SEVERITY: MESSAGE".
+std::vector<std::string> check_warnings(const std::string& text, const CheckOptions& options = {}) {
+  const SourceFile file("test.fp8", text);
+  const CheckResult result = check_source(file, options);
+  EXPECT_TRUE(result.spec) << result.diagnostics.render(file);
+  return describe_all(file, result.diagnostics);
+}
+
 // ------------------------------------------------------------------ examples
 
 class ExampleTest : public ::testing::TestWithParam<std::string> {};
@@ -81,7 +89,7 @@ TEST(Examples, GptMlpMeansWhatTheDesignSays) {
   fc1.out = 28672;
   fc1.bias = true;
   fc1.activation = Activation::gelu;
-  fc1.output_fp8 = true;
+  fc1.output_dtype = DType::bf16;  // fc2 scales its input itself (current): no FP8 hand-over
   fc1.recipe = hybrid;
   fc1.layout = tp8;
   fc1.mode = ParallelMode::column;
@@ -150,6 +158,18 @@ TEST(Defaults, OutputDtypeFollowsTheLayersDtype) {
   EXPECT_EQ(spec->layers[1].dtype, DType::fp32);
   EXPECT_EQ(spec->layers[1].output_dtype, DType::bf16);
   EXPECT_TRUE(spec->layers[2].output_fp8);
+  EXPECT_EQ(spec->layers[2].output_dtype, DType::bf16);
+}
+
+TEST(Defaults, OutputFp8FallsBackToTheLayersDtype) {
+  // Not honoured (no consumer): written in the layer's dtype, not the default bf16.
+  const auto spec = check_ok(
+      "layer a = linear { in = 64 out = 64 dtype = fp16 recipe = delayed output = fp8 }\n"
+      "layer b = linear { in = 64 out = 64 dtype = fp32 recipe = current output = fp8 }\n");
+  ASSERT_TRUE(spec);
+  EXPECT_TRUE(spec->layers[0].output_fp8);
+  EXPECT_EQ(spec->layers[0].output_dtype, DType::fp16);
+  EXPECT_EQ(spec->layers[1].output_dtype, DType::fp32);
 }
 
 TEST(Defaults, RecipeKindsStartFromTheirDefaults) {
@@ -300,7 +320,7 @@ TEST(Input, AMatchingInIsAccepted) {
 
 TEST(Input, TwoConsumersShareAProducer) {
   const auto spec = check_ok(
-      "layer a = linear { in = 64 out = 128 recipe = current output = fp8 }\n"
+      "layer a = linear { in = 64 out = 128 recipe = current }\n"
       "layer b = linear { input = a out = 32 recipe = current }\n"
       "layer c = linear { input = a out = 16 recipe = delayed }\n");
   ASSERT_TRUE(spec);
@@ -319,6 +339,105 @@ TEST(Input, TensorParallelPairChains) {
   EXPECT_EQ(spec->layers[1].in_per_rank(), 1024u);
   EXPECT_EQ(spec->layers[1].out_per_rank(), 1024u);
   EXPECT_EQ(spec->layers[2].in, 1024u);
+}
+
+// ------------------------------------------------------------------ FP8 hand-over
+
+TEST(Fp8Output, IntoOneDelayedConsumerIsHonoured) {
+  const std::string text =
+      "layer a = linear { in = 64 out = 128 dtype = fp16 recipe = delayed output = fp8 }\n"
+      "layer b = linear { input = a out = 64 dtype = fp16 recipe = delayed { history = 4 } "
+      "debug = { stats = true fallback = dgrad } }\n"
+      "layer c = linear { input = b out = 64 dtype = fp16 recipe = current }\n";
+  EXPECT_EQ(check_warnings(text), std::vector<std::string>{});
+  const auto spec = check_ok(text);
+  ASSERT_TRUE(spec);
+  EXPECT_EQ(fp8_output_consumer(*spec, spec->layers[0]), &spec->layers[1]);
+  EXPECT_EQ(fp8_output_consumer(*spec, spec->layers[1]), nullptr);  // no output = fp8
+  EXPECT_EQ(fp8_output_consumer(*spec, spec->layers[2]), nullptr);
+  EXPECT_EQ(spec->layers[0].output_dtype, DType::fp16);
+  EXPECT_EQ(spec->layers[1].save_input, SaveInput::fp8);
+}
+
+TEST(Fp8Output, NotHonouredIsAWarningThatSaysWhyAndInWhatDtype) {
+  const std::string prefix = "output = fp8 is not honoured, so 'a' writes its output in ";
+  EXPECT_EQ(check_warnings("layer a = linear { in = 64 out = 64 recipe = delayed output = fp8 }\n"),
+            std::vector<std::string>{
+                "1:63: warning: " + prefix +
+                "bf16: no layer consumes it (FP8 output is for a consumer with recipe delayed)"});
+  EXPECT_EQ(
+      check_warnings("layer a = linear { in = 64 out = 64 dtype = fp32 recipe = current "
+                     "output = fp8 }\nlayer b = linear { input = a out = 64 dtype = fp32 "
+                     "recipe = current }\n"),
+      std::vector<std::string>{"1:76: warning: " + prefix +
+                               "fp32: consumer 'b' uses recipe current, whose input scale comes "
+                               "from the tensor's own amax, which is not known before this GEMM "
+                               "runs"});
+  EXPECT_EQ(check_warnings("layer a = linear { in = 64 out = 64 recipe = delayed output = fp8 }\n"
+                           "layer b = linear { input = a out = 64 recipe = blockwise }\n"),
+            std::vector<std::string>{
+                "1:63: warning: " + prefix +
+                "bf16: consumer 'b' uses recipe blockwise, whose block scales are computed from "
+                "the data, which does not exist before this GEMM runs"});
+  EXPECT_EQ(
+      check_warnings("layer a = linear { in = 64 out = 64 recipe = delayed output = fp8 }\n"
+                     "layer b = linear { input = a out = 64 recipe = mxfp8 }\n",
+                     {Target{100, true}}),
+      std::vector<std::string>{"1:63: warning: " + prefix +
+                               "bf16: consumer 'b' uses recipe mxfp8, whose block scales are "
+                               "computed from the data, which does not exist before this GEMM "
+                               "runs"});
+  EXPECT_EQ(check_warnings("layer a = linear { in = 64 out = 64 recipe = delayed output = fp8 }\n"
+                           "layer b = linear { input = a out = 64 recipe = delayed }\n"
+                           "layer c = linear { input = a out = 64 recipe = delayed }\n"
+                           "layer d = linear { input = a out = 64 recipe = delayed }\n"),
+            std::vector<std::string>{"1:63: warning: " + prefix +
+                                     "bf16: layers 'b', 'c' and 'd' all consume it, and one FP8 "
+                                     "tensor carries the input scale of one consumer"});
+}
+
+TEST(Fp8Output, NotHonouredMeansNoConsumer) {
+  const auto spec = check_ok(
+      "layer a = linear { in = 64 out = 64 dtype = fp16 recipe = delayed output = fp8 }\n"
+      "layer b = linear { input = a out = 64 dtype = fp16 recipe = current save_input = original "
+      "debug = { fallback = all } }\n"
+      "layer c = linear { in = 64 out = 64 recipe = current output = fp8 }\n"
+      "layer d = linear { input = c out = 64 recipe = delayed }\n"
+      "layer e = linear { input = c out = 64 recipe = delayed save_input = original }\n");
+  ASSERT_TRUE(spec);
+  for (const auto& layer : spec->layers) EXPECT_EQ(fp8_output_consumer(*spec, layer), nullptr);
+  EXPECT_EQ(spec->layers[0].output_dtype, DType::fp16);
+  EXPECT_EQ(spec->layers[2].output_dtype, DType::bf16);
+}
+
+TEST(Fp8Output, IntoRecipeNoneIsAnErrorAndNoWarning) {
+  EXPECT_EQ(check_errors("layer a = linear { in = 64 out = 64 recipe = delayed output = fp8 }\n"
+                         "layer b = linear { input = a out = 64 }\n"),
+            (std::vector<std::string>{
+                "1:63: error: 'a' hands FP8 output to 'b', whose recipe is none: it has no FP8 "
+                "input to take it",
+                "2:7: note: 'b' runs in high precision"}));
+}
+
+TEST(Fp8Output, TheExamplesAndTheReadmeCheckWithoutWarnings) {
+  std::vector<SourceFile> files;
+  for (const auto& path : list_files(examples_dir(), ".fp8"))
+    files.emplace_back(path, read_file(path));
+  // README.md's "The language, in one example": the first ``` block after it.
+  const std::string readme = read_file(examples_dir() + "/../README.md");
+  const std::size_t section = readme.find("## The language, in one example");
+  ASSERT_NE(section, std::string::npos);
+  const std::size_t begin = readme.find("```\n", section);
+  ASSERT_NE(begin, std::string::npos);
+  const std::size_t end = readme.find("```", begin + 4);
+  ASSERT_NE(end, std::string::npos);
+  files.emplace_back("README.md", readme.substr(begin + 4, end - begin - 4));
+  for (const auto& file : files) {
+    SCOPED_TRACE(file.path());
+    const CheckResult result = check_source(file);
+    ASSERT_TRUE(result.spec) << result.diagnostics.render(file);
+    EXPECT_TRUE(result.diagnostics.all().empty()) << result.diagnostics.render(file);
+  }
 }
 
 // ------------------------------------------------------------------ recipes
