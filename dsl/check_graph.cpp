@@ -1,7 +1,8 @@
 // What must hold between layers and against the target: `input =`
-// references and cycles, shapes and dtypes along a chain, FP8 outputs handed
-// to FP8 consumers, tensor-parallel splits that divide the sizes and chain
-// (column feeds row, row feeds column), and recipes the target can run.
+// references and cycles, shapes and dtypes along a chain (forward and
+// backward), FP8 outputs handed to FP8 consumers, tensor-parallel splits that
+// divide the sizes and chain (column feeds row, row feeds column), and
+// recipes the target can run.
 
 #include <algorithm>
 #include <functional>
@@ -80,7 +81,7 @@ void Checker::check_graph(Spec& spec) {
     if (!layer.input.empty()) {
       Layer& producer = *by_name.at(layer.input);
       visit(producer);
-      check_chain(layer, producer);
+      check_chain(spec, layer, producer);
     }
   };
   for (auto& layer : spec.layers) visit(layer);
@@ -93,7 +94,7 @@ void Checker::check_graph(Spec& spec) {
   }
 }
 
-void Checker::check_chain(Layer& consumer, const Layer& producer) {
+void Checker::check_chain(const Spec& spec, Layer& consumer, const Layer& producer) {
   const LayerSite& site = layer_sites_.at(consumer.name);
   const LayerSite& producer_site = layer_sites_.at(producer.name);
 
@@ -106,19 +107,14 @@ void Checker::check_chain(Layer& consumer, const Layer& producer) {
     diagnostics_.note(producer_site.value_or_name("out"), "'" + producer.name + "' sets out here");
   }
 
-  if (producer.output_fp8) {
-    if (!consumer.recipe.is_fp8()) {
-      diagnostics_.error(producer_site.value_or_name("output"),
-                         "'" + producer.name + "' hands FP8 output to '" + consumer.name +
-                             "', whose recipe is none: it has no FP8 input to take it");
-      diagnostics_.note(site.value_or_name("recipe"), "'" + consumer.name + "' runs in high precision");
-    }
-  } else if (producer.output_dtype != consumer.dtype) {
-    diagnostics_.error(site.value_or_name("dtype"),
-                       "'" + consumer.name + "' takes " + std::string(to_string(consumer.dtype)) +
-                           " but its input '" + producer.name + "' produces " +
-                           std::string(to_string(producer.output_dtype)));
+  if (producer.output_fp8 && !consumer.recipe.is_fp8()) {
+    diagnostics_.error(producer_site.value_or_name("output"),
+                       "'" + producer.name + "' hands FP8 output to '" + consumer.name +
+                           "', whose recipe is none: it has no FP8 input to take it");
+    diagnostics_.note(site.value_or_name("recipe"),
+                      "'" + consumer.name + "' runs in high precision");
   }
+  check_dtypes(spec, consumer, producer);
 
   // Parallel layouts chain only where no collective would be needed between
   // the two layers beyond what each layer's own plan does.
@@ -153,6 +149,36 @@ void Checker::check_chain(Layer& consumer, const Layer& producer) {
                            " but '" + consumer.name + "' (column) expects " +
                            (b.sequence_parallel ? "input split over tokens" : "its whole input") +
                            ": set sequence_parallel the same in both layouts");
+  }
+}
+
+// Forward, the consumer reads the producer's output: in FP8 when the hand-over
+// is honoured, else in producer.output_dtype. Backward, the consumer's dX (in
+// its dtype) is the producer's dY (in the producer's dtype): so the two dtypes
+// are always the same, whatever the output.
+void Checker::check_dtypes(const Spec& spec, const Layer& consumer, const Layer& producer) {
+  const LayerSite& site = layer_sites_.at(consumer.name);
+  const LayerSite& producer_site = layer_sites_.at(producer.name);
+  if (producer.dtype != consumer.dtype) {
+    diagnostics_.error(site.value_or_name("dtype"),
+                       "'" + consumer.name + "' has dtype " + str(consumer.dtype) +
+                           " but its input '" + producer.name + "' has dtype " +
+                           str(producer.dtype) +
+                           ": chained layers share one dtype, since the input gradient of '" +
+                           consumer.name + "' is the output gradient of '" + producer.name + "'");
+    diagnostics_.note(producer_site.value_or_name("dtype"),
+                      producer_site.entries.count("dtype")
+                          ? "'" + producer.name + "' sets dtype here"
+                          : "'" + producer.name + "' has the default dtype " + str(producer.dtype));
+    return;
+  }
+  if (fp8_output_consumer(spec, producer) == &consumer) return;  // it reads FP8
+  if (producer.output_dtype != consumer.dtype) {
+    diagnostics_.error(site.value_or_name("dtype"),
+                       "'" + consumer.name + "' takes " + str(consumer.dtype) + " but its input '" +
+                           producer.name + "' produces " + str(producer.output_dtype));
+    diagnostics_.note(producer_site.value_or_name("output"),
+                      "'" + producer.name + "' sets output here");
   }
 }
 

@@ -65,7 +65,8 @@ class Checker {
 
   // check_graph.cpp
   void check_graph(Spec& spec);
-  void check_chain(Layer& consumer, const Layer& producer);
+  void check_chain(const Spec& spec, Layer& consumer, const Layer& producer);
+  void check_dtypes(const Spec& spec, const Layer& consumer, const Layer& producer);
   void check_sizes(const Layer& layer);
   void check_layout(const Layer& layer);
   void check_fp8_output(const Spec& spec, const Layer& producer);

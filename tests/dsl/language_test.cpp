@@ -440,6 +440,53 @@ TEST(Fp8Output, TheExamplesAndTheReadmeCheckWithoutWarnings) {
   }
 }
 
+// ------------------------------------------------------------------ chain dtypes
+
+TEST(ChainDtypes, BackwardNeedsOneDtypeEvenWithFp8Output) {
+  // Forward b reads FP8, but backward b's bf16 dX would be a's fp16 dY.
+  EXPECT_EQ(check_errors("layer a = linear { in = 64 out = 64 dtype = fp16 recipe = delayed "
+                         "output = fp8 }\nlayer b = linear { input = a out = 64 recipe = delayed "
+                         "}\n"),
+            (std::vector<std::string>{
+                "2:7: error: 'b' has dtype bf16 but its input 'a' has dtype fp16: chained layers "
+                "share one dtype, since the input gradient of 'b' is the output gradient of 'a'",
+                "1:45: note: 'a' sets dtype here"}));
+  // Not honoured (current consumer): the same error, and the warning.
+  EXPECT_EQ(check_errors("layer a = linear { in = 64 out = 64 recipe = current output = fp8 }\n"
+                         "layer b = linear { input = a out = 64 dtype = fp16 recipe = current "
+                         "}\n"),
+            (std::vector<std::string>{
+                "2:47: error: 'b' has dtype fp16 but its input 'a' has dtype bf16: chained layers "
+                "share one dtype, since the input gradient of 'b' is the output gradient of 'a'",
+                "1:7: note: 'a' has the default dtype bf16",
+                "1:63: warning: output = fp8 is not honoured, so 'a' writes its output in bf16: "
+                "consumer 'b' uses recipe current, whose input scale comes from the tensor's own "
+                "amax, which is not known before this GEMM runs"}));
+}
+
+TEST(ChainDtypes, ForwardNeedsTheOutputDtype) {
+  EXPECT_EQ(check_errors("layer a = linear { in = 64 out = 64 dtype = fp16 output = fp32 }\n"
+                         "layer b = linear { input = a out = 64 dtype = fp16 }\n"),
+            (std::vector<std::string>{"2:47: error: 'b' takes fp16 but its input 'a' produces fp32",
+                                      "1:59: note: 'a' sets output here"}));
+  // A producer whose output dtype is the consumer's but whose dtype is not.
+  EXPECT_EQ(check_errors("layer a = linear { in = 64 out = 64 output = fp16 }\n"
+                         "layer b = linear { input = a out = 64 dtype = fp16 }\n"),
+            (std::vector<std::string>{
+                "2:47: error: 'b' has dtype fp16 but its input 'a' has dtype bf16: chained layers "
+                "share one dtype, since the input gradient of 'b' is the output gradient of 'a'",
+                "1:7: note: 'a' has the default dtype bf16"}));
+}
+
+TEST(ChainDtypes, MatchingDtypesChain) {
+  const auto spec = check_ok(
+      "layer a = linear { in = 64 out = 64 dtype = fp16 recipe = delayed output = fp8 }\n"
+      "layer b = linear { input = a out = 64 dtype = fp16 recipe = delayed output = fp16 }\n"
+      "layer c = linear { input = b out = 64 dtype = fp16 recipe = current output = fp32 }\n");
+  ASSERT_TRUE(spec);
+  EXPECT_EQ(spec->layers[2].output_dtype, DType::fp32);
+}
+
 // ------------------------------------------------------------------ recipes
 
 TEST(Recipes, NamedRefinement) {
