@@ -1,8 +1,9 @@
 // What must hold between layers and against the target: `input =`
 // references and cycles, shapes and dtypes along a chain (forward and
-// backward), FP8 outputs handed to FP8 consumers, tensor-parallel splits that
-// divide the sizes and chain (column feeds row, row feeds column), and
-// recipes the target can run.
+// backward), FP8 outputs handed to FP8 consumers (fp8_output_consumer() says
+// when the hand-over happens; a consumer that takes FP8 input has no
+// high-precision input), tensor-parallel splits that divide the sizes and
+// chain (column feeds row, row feeds column), and recipes the target can run.
 
 #include <algorithm>
 #include <functional>
@@ -115,6 +116,7 @@ void Checker::check_chain(const Spec& spec, Layer& consumer, const Layer& produc
                       "'" + consumer.name + "' runs in high precision");
   }
   check_dtypes(spec, consumer, producer);
+  if (fp8_output_consumer(spec, producer) == &consumer) check_fp8_input(consumer, producer);
 
   // Parallel layouts chain only where no collective would be needed between
   // the two layers beyond what each layer's own plan does.
@@ -179,6 +181,38 @@ void Checker::check_dtypes(const Spec& spec, const Layer& consumer, const Layer&
                            producer.name + "' produces " + str(producer.output_dtype));
     diagnostics_.note(producer_site.value_or_name("output"),
                       "'" + producer.name + "' sets output here");
+  }
+}
+
+// A consumer that takes its input in FP8 (the producer's output = fp8 is
+// honoured) never sees its input in high precision: nothing can keep it for
+// backward, and no GEMM that reads it (fprop's X, wgrad's X) can fall back.
+void Checker::check_fp8_input(const Layer& consumer, const Layer& producer) {
+  const LayerSite& site = layer_sites_.at(consumer.name);
+  const LayerSite& producer_site = layer_sites_.at(producer.name);
+  const std::string why = "which it does not have: '" + consumer.name +
+                          "' takes its input in FP8 from '" + producer.name + "'";
+  const auto note_producer = [&] {
+    diagnostics_.note(producer_site.value_or_name("output"),
+                      "'" + producer.name + "' writes its output in FP8 with the input scale of '" +
+                          consumer.name + "'");
+  };
+  if (consumer.save_input == SaveInput::original) {
+    diagnostics_.error(site.value_or_name("save_input"),
+                       "save_input = original keeps the high-precision input of '" + consumer.name +
+                           "', " + why + "; use save_input = fp8");
+    note_producer();
+  }
+  std::vector<std::string> reading_x;
+  for (const GemmKind gemm : consumer.debug.fallback)
+    if (gemm != GemmKind::dgrad) reading_x.push_back(std::string(to_string(gemm)));
+  if (!reading_x.empty()) {
+    std::string gemms = reading_x[0];
+    for (std::size_t i = 1; i < reading_x.size(); ++i) gemms += " and " + reading_x[i];
+    diagnostics_.error(site.value_or_name("debug"),
+                       "debug fallback of " + gemms + " needs the high-precision input of '" +
+                           consumer.name + "', " + why + "; only dgrad may fall back");
+    note_producer();
   }
 }
 

@@ -67,6 +67,7 @@ class Checker {
   void check_graph(Spec& spec);
   void check_chain(const Spec& spec, Layer& consumer, const Layer& producer);
   void check_dtypes(const Spec& spec, const Layer& consumer, const Layer& producer);
+  void check_fp8_input(const Layer& consumer, const Layer& producer);
   void check_sizes(const Layer& layer);
   void check_layout(const Layer& layer);
   void check_fp8_output(const Spec& spec, const Layer& producer);

@@ -487,6 +487,74 @@ TEST(ChainDtypes, MatchingDtypesChain) {
   EXPECT_EQ(spec->layers[2].output_dtype, DType::fp32);
 }
 
+// ------------------------------------------------------------------ FP8 input
+
+// The two specs.
+TEST(Fp8Input, SaveInputOriginalIsRejected) {
+  EXPECT_EQ(
+      check_errors("recipe d = delayed { history = 2 }\n"
+                   "layout tp2 = { tensor_parallel = 2 sequence_parallel = true }\n"
+                   "layer a = linear { in = 128 out = 128 output = fp8 recipe = d layout = tp2 row "
+                   "}\n"
+                   "layer b = linear { input = a out = 256 recipe = d layout = tp2 column "
+                   "save_input = original }\n"),
+      (std::vector<std::string>{
+          "4:84: error: save_input = original keeps the high-precision input of 'b', which it "
+          "does not have: 'b' takes its input in FP8 from 'a'; use save_input = fp8",
+          "3:48: note: 'a' writes its output in FP8 with the input scale of 'b'"}));
+}
+
+TEST(Fp8Input, FallbackOfFpropIsRejected) {
+  EXPECT_EQ(
+      check_errors("recipe d = delayed\n"
+                   "layer a = linear { in = 128 out = 256 output = fp8 recipe = d layout = { "
+                   "tensor_parallel = 2 } column }\n"
+                   "layer b = linear { input = a out = 128 recipe = d layout = { tensor_parallel "
+                   "= 2 } row debug = { fallback = fprop } }\n"),
+      (std::vector<std::string>{
+          "3:96: error: debug fallback of fprop needs the high-precision input of 'b', which it "
+          "does not have: 'b' takes its input in FP8 from 'a'; only dgrad may fall back",
+          "2:48: note: 'a' writes its output in FP8 with the input scale of 'b'"}));
+}
+
+TEST(Fp8Input, FallbackOfWgradAllAndNamedBlocksAreRejected) {
+  const std::string chain =
+      "layer a = linear { in = 64 out = 64 recipe = delayed output = fp8 }\n"
+      "debug inspect = { stats = true fallback = all }\n"
+      "debug wg = { fallback = wgrad dgrad }\n";
+  const std::string why =
+      " needs the high-precision input of 'b', which it does not have: 'b' takes its input in "
+      "FP8 from 'a'; only dgrad may fall back";
+  const std::string note = "1:63: note: 'a' writes its output in FP8 with the input scale of 'b'";
+  EXPECT_EQ(
+      check_errors(chain + "layer b = linear { input = a out = 64 recipe = delayed debug = "
+                           "inspect }\n"),
+      (std::vector<std::string>{"4:64: error: debug fallback of fprop and wgrad" + why, note}));
+  EXPECT_EQ(check_errors(chain + "layer b = linear { input = a out = 64 recipe = delayed debug = "
+                                 "wg }\n"),
+            (std::vector<std::string>{"4:64: error: debug fallback of wgrad" + why, note}));
+  EXPECT_EQ(
+      check_errors(chain + "layer b = linear { input = a out = 64 recipe = delayed debug = "
+                           "{ fallback = all } }\n"),
+      (std::vector<std::string>{"4:64: error: debug fallback of fprop and wgrad" + why, note}));
+  // A refinement that leaves only dgrad is fine.
+  EXPECT_TRUE(check_ok(chain + "layer b = linear { input = a out = 64 recipe = delayed debug = "
+                               "inspect { fallback = dgrad } }\n"));
+}
+
+TEST(Fp8Input, WhatAnFp8InputAllows) {
+  const auto spec = check_ok(
+      "layer a = linear { in = 64 out = 64 recipe = delayed output = fp8 }\n"
+      "layer b = linear { input = a out = 64 recipe = delayed save_input = fp8 "
+      "debug = { stats = true fallback = dgrad } }\n");
+  ASSERT_TRUE(spec);
+  EXPECT_EQ(spec->layers[1].debug.fallback, std::vector<GemmKind>{GemmKind::dgrad});
+  // The producer's own settings are not limited.
+  EXPECT_TRUE(check_ok(
+      "layer a = linear { in = 64 out = 64 recipe = delayed output = fp8 save_input = original "
+      "debug = { fallback = all } }\nlayer b = linear { input = a out = 64 recipe = delayed }\n"));
+}
+
 // ------------------------------------------------------------------ recipes
 
 TEST(Recipes, NamedRefinement) {
