@@ -16,6 +16,9 @@ namespace {
 // Hopper's FP8 tensor cores (and cuBLASLt's FP8 kernels) need the K and N
 // extents of every FP8 GEMM to be multiples of 16 bytes of FP8 data.
 constexpr std::uint64_t kFp8Alignment = 16;
+// MXFP8 scales blocks of 32 elements along K (fprop's K is `in`, dgrad's is
+// `out`), so both per-rank extents must hold whole blocks.
+constexpr std::uint64_t kMxfp8Block = 32;
 
 std::string str(std::uint64_t v) { return std::to_string(v); }
 std::string str(DType v) {
@@ -231,16 +234,19 @@ void Checker::check_sizes(const Layer& layer) {
     return;
   }
   if (!layer.recipe.is_fp8()) return;
+  const bool mx = layer.recipe.kind == RecipeKind::mxfp8;
+  const std::uint64_t multiple = mx ? kMxfp8Block : kFp8Alignment;
   const std::pair<const char*, std::uint64_t> per_rank[] = {{"in", layer.in_per_rank()},
                                                             {"out", layer.out_per_rank()}};
   for (const auto& [key, size] : per_rank) {
-    if (size % kFp8Alignment == 0) continue;
+    if (size % multiple == 0) continue;
     const std::uint64_t whole = key == std::string("in") ? layer.in : layer.out;
     std::string message = std::string(key) + " = " + str(whole);
-    if (size != whole)
-      message += " (" + str(size) + " per rank)";
-    message += " is not a multiple of " + str(kFp8Alignment) +
-               ", which FP8 GEMMs need; pad it, or use recipe none";
+    if (size != whole) message += " (" + str(size) + " per rank)";
+    message += " is not a multiple of " + str(multiple) +
+               (mx ? ", which MXFP8 GEMMs need (their scale blocks are 32 long along K); pad it, "
+                     "or use another recipe"
+                   : ", which FP8 GEMMs need; pad it, or use recipe none");
     diagnostics_.error(site.value_or_name(key), message);
   }
 }

@@ -555,6 +555,30 @@ TEST(Fp8Input, WhatAnFp8InputAllows) {
       "debug = { fallback = all } }\nlayer b = linear { input = a out = 64 recipe = delayed }\n"));
 }
 
+// ------------------------------------------------------------------ sizes
+
+TEST(Sizes, Mxfp8NeedsMultiplesOf32AndTheOthers16) {
+  const CheckOptions sm100{Target{100, true}};
+  const std::string tail =
+      " is not a multiple of 32, which MXFP8 GEMMs need (their scale blocks are 32 long along "
+      "K); pad it, or use another recipe";
+  EXPECT_EQ(
+      check_errors("layer a = linear { in = 48 out = 80 recipe = mxfp8 }\n", sm100),
+      (std::vector<std::string>{"1:25: error: in = 48" + tail, "1:34: error: out = 80" + tail}));
+  EXPECT_EQ(check_errors("layer a = linear { in = 64 out = 64 recipe = mxfp8 layout = { "
+                         "tensor_parallel = 4 } column }\n",
+                         sm100),
+            std::vector<std::string>{"1:34: error: out = 64 (16 per rank)" + tail});
+  EXPECT_TRUE(
+      check_ok("layer a = linear { in = 96 out = 64 recipe = mxfp8 layout = { "
+               "tensor_parallel = 2 } column }\n",
+               sm100));
+  for (const char* recipe : {"delayed", "current", "blockwise"})
+    EXPECT_TRUE(check_ok("layer a = linear { in = 48 out = 80 recipe = " + std::string(recipe) +
+                         " layout = { tensor_parallel = 5 } column }\n"));
+  EXPECT_TRUE(check_ok("layer a = linear { in = 48 out = 40 }\n"));
+}
+
 // ------------------------------------------------------------------ recipes
 
 TEST(Recipes, NamedRefinement) {
