@@ -1,7 +1,9 @@
 // What must hold between layers and against the target: `input =`
-// references and cycles, shapes and dtypes along a chain, FP8 outputs handed
-// to FP8 consumers, tensor-parallel splits that divide the sizes and chain
-// (column feeds row, row feeds column), and recipes the target can run.
+// references and cycles, shapes and dtypes along a chain (forward and
+// backward), FP8 outputs handed to FP8 consumers (fp8_output_consumer() says
+// when the hand-over happens; a consumer that takes FP8 input has no
+// high-precision input), tensor-parallel splits that divide the sizes and
+// chain (column feeds row, row feeds column), and recipes the target can run.
 
 #include <algorithm>
 #include <functional>
@@ -14,8 +16,24 @@ namespace {
 // Hopper's FP8 tensor cores (and cuBLASLt's FP8 kernels) need the K and N
 // extents of every FP8 GEMM to be multiples of 16 bytes of FP8 data.
 constexpr std::uint64_t kFp8Alignment = 16;
+// MXFP8 scales blocks of 32 elements along K (fprop's K is `in`, dgrad's is
+// `out`), so both per-rank extents must hold whole blocks.
+constexpr std::uint64_t kMxfp8Block = 32;
 
 std::string str(std::uint64_t v) { return std::to_string(v); }
+std::string str(DType v) {
+  return std::string(to_string(v));
+}
+
+// 'a', 'a' and 'b', 'a', 'b' and 'c'
+std::string quoted_list(const std::vector<std::string>& names) {
+  std::string list;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) list += i + 1 == names.size() ? " and " : ", ";
+    list += "'" + names[i] + "'";
+  }
+  return list;
+}
 
 }  // namespace
 
@@ -67,7 +85,7 @@ void Checker::check_graph(Spec& spec) {
     if (!layer.input.empty()) {
       Layer& producer = *by_name.at(layer.input);
       visit(producer);
-      check_chain(layer, producer);
+      check_chain(spec, layer, producer);
     }
   };
   for (auto& layer : spec.layers) visit(layer);
@@ -75,11 +93,12 @@ void Checker::check_graph(Spec& spec) {
   for (const auto& layer : spec.layers) {
     check_sizes(layer);
     check_layout(layer);
+    check_fp8_output(spec, layer);
     check_against_target(layer);
   }
 }
 
-void Checker::check_chain(Layer& consumer, const Layer& producer) {
+void Checker::check_chain(const Spec& spec, Layer& consumer, const Layer& producer) {
   const LayerSite& site = layer_sites_.at(consumer.name);
   const LayerSite& producer_site = layer_sites_.at(producer.name);
 
@@ -92,19 +111,15 @@ void Checker::check_chain(Layer& consumer, const Layer& producer) {
     diagnostics_.note(producer_site.value_or_name("out"), "'" + producer.name + "' sets out here");
   }
 
-  if (producer.output_fp8) {
-    if (!consumer.recipe.is_fp8()) {
-      diagnostics_.error(producer_site.value_or_name("output"),
-                         "'" + producer.name + "' hands FP8 output to '" + consumer.name +
-                             "', whose recipe is none: it has no FP8 input to take it");
-      diagnostics_.note(site.value_or_name("recipe"), "'" + consumer.name + "' runs in high precision");
-    }
-  } else if (producer.output_dtype != consumer.dtype) {
-    diagnostics_.error(site.value_or_name("dtype"),
-                       "'" + consumer.name + "' takes " + std::string(to_string(consumer.dtype)) +
-                           " but its input '" + producer.name + "' produces " +
-                           std::string(to_string(producer.output_dtype)));
+  if (producer.output_fp8 && !consumer.recipe.is_fp8()) {
+    diagnostics_.error(producer_site.value_or_name("output"),
+                       "'" + producer.name + "' hands FP8 output to '" + consumer.name +
+                           "', whose recipe is none: it has no FP8 input to take it");
+    diagnostics_.note(site.value_or_name("recipe"),
+                      "'" + consumer.name + "' runs in high precision");
   }
+  check_dtypes(spec, consumer, producer);
+  if (fp8_output_consumer(spec, producer) == &consumer) check_fp8_input(consumer, producer);
 
   // Parallel layouts chain only where no collective would be needed between
   // the two layers beyond what each layer's own plan does.
@@ -142,6 +157,68 @@ void Checker::check_chain(Layer& consumer, const Layer& producer) {
   }
 }
 
+// Forward, the consumer reads the producer's output: in FP8 when the hand-over
+// is honoured, else in producer.output_dtype. Backward, the consumer's dX (in
+// its dtype) is the producer's dY (in the producer's dtype): so the two dtypes
+// are always the same, whatever the output.
+void Checker::check_dtypes(const Spec& spec, const Layer& consumer, const Layer& producer) {
+  const LayerSite& site = layer_sites_.at(consumer.name);
+  const LayerSite& producer_site = layer_sites_.at(producer.name);
+  if (producer.dtype != consumer.dtype) {
+    diagnostics_.error(site.value_or_name("dtype"),
+                       "'" + consumer.name + "' has dtype " + str(consumer.dtype) +
+                           " but its input '" + producer.name + "' has dtype " +
+                           str(producer.dtype) +
+                           ": chained layers share one dtype, since the input gradient of '" +
+                           consumer.name + "' is the output gradient of '" + producer.name + "'");
+    diagnostics_.note(producer_site.value_or_name("dtype"),
+                      producer_site.entries.count("dtype")
+                          ? "'" + producer.name + "' sets dtype here"
+                          : "'" + producer.name + "' has the default dtype " + str(producer.dtype));
+    return;
+  }
+  if (fp8_output_consumer(spec, producer) == &consumer) return;  // it reads FP8
+  if (producer.output_dtype != consumer.dtype) {
+    diagnostics_.error(site.value_or_name("dtype"),
+                       "'" + consumer.name + "' takes " + str(consumer.dtype) + " but its input '" +
+                           producer.name + "' produces " + str(producer.output_dtype));
+    diagnostics_.note(producer_site.value_or_name("output"),
+                      "'" + producer.name + "' sets output here");
+  }
+}
+
+// A consumer that takes its input in FP8 (the producer's output = fp8 is
+// honoured) never sees its input in high precision: nothing can keep it for
+// backward, and no GEMM that reads it (fprop's X, wgrad's X) can fall back.
+void Checker::check_fp8_input(const Layer& consumer, const Layer& producer) {
+  const LayerSite& site = layer_sites_.at(consumer.name);
+  const LayerSite& producer_site = layer_sites_.at(producer.name);
+  const std::string why = "which it does not have: '" + consumer.name +
+                          "' takes its input in FP8 from '" + producer.name + "'";
+  const auto note_producer = [&] {
+    diagnostics_.note(producer_site.value_or_name("output"),
+                      "'" + producer.name + "' writes its output in FP8 with the input scale of '" +
+                          consumer.name + "'");
+  };
+  if (consumer.save_input == SaveInput::original) {
+    diagnostics_.error(site.value_or_name("save_input"),
+                       "save_input = original keeps the high-precision input of '" + consumer.name +
+                           "', " + why + "; use save_input = fp8");
+    note_producer();
+  }
+  std::vector<std::string> reading_x;
+  for (const GemmKind gemm : consumer.debug.fallback)
+    if (gemm != GemmKind::dgrad) reading_x.push_back(std::string(to_string(gemm)));
+  if (!reading_x.empty()) {
+    std::string gemms = reading_x[0];
+    for (std::size_t i = 1; i < reading_x.size(); ++i) gemms += " and " + reading_x[i];
+    diagnostics_.error(site.value_or_name("debug"),
+                       "debug fallback of " + gemms + " needs the high-precision input of '" +
+                           consumer.name + "', " + why + "; only dgrad may fall back");
+    note_producer();
+  }
+}
+
 void Checker::check_sizes(const Layer& layer) {
   const LayerSite& site = layer_sites_.at(layer.name);
   const std::uint32_t tp = layer.layout.tensor_parallel;
@@ -157,16 +234,19 @@ void Checker::check_sizes(const Layer& layer) {
     return;
   }
   if (!layer.recipe.is_fp8()) return;
+  const bool mx = layer.recipe.kind == RecipeKind::mxfp8;
+  const std::uint64_t multiple = mx ? kMxfp8Block : kFp8Alignment;
   const std::pair<const char*, std::uint64_t> per_rank[] = {{"in", layer.in_per_rank()},
                                                             {"out", layer.out_per_rank()}};
   for (const auto& [key, size] : per_rank) {
-    if (size % kFp8Alignment == 0) continue;
+    if (size % multiple == 0) continue;
     const std::uint64_t whole = key == std::string("in") ? layer.in : layer.out;
     std::string message = std::string(key) + " = " + str(whole);
-    if (size != whole)
-      message += " (" + str(size) + " per rank)";
-    message += " is not a multiple of " + str(kFp8Alignment) +
-               ", which FP8 GEMMs need; pad it, or use recipe none";
+    if (size != whole) message += " (" + str(size) + " per rank)";
+    message += " is not a multiple of " + str(multiple) +
+               (mx ? ", which MXFP8 GEMMs need (their scale blocks are 32 long along K); pad it, "
+                     "or use another recipe"
+                   : ", which FP8 GEMMs need; pad it, or use recipe none");
     diagnostics_.error(site.value_or_name(key), message);
   }
 }
@@ -193,6 +273,41 @@ void Checker::check_layout(const Layer& layer) {
     diagnostics_.warning(site.value_or_name("debug"),
                          "debug fallback has no effect: '" + layer.name +
                              "' already runs every GEMM in high precision");
+}
+
+// `output = fp8` that fp8_output_consumer() does not honour is written in the
+// layer's dtype: say so, and why. (Into a consumer with recipe none, and on a
+// layer with recipe none, it is an error, reported by check_chain and
+// check_layout.)
+void Checker::check_fp8_output(const Spec& spec, const Layer& producer) {
+  if (!producer.output_fp8 || !producer.recipe.is_fp8()) return;
+  if (fp8_output_consumer(spec, producer)) return;
+  std::vector<const Layer*> consumers;
+  for (const auto& layer : spec.layers)
+    if (layer.input == producer.name) consumers.push_back(&layer);
+  for (const Layer* consumer : consumers)
+    if (!consumer->recipe.is_fp8()) return;
+  std::string reason;
+  if (consumers.empty()) {
+    reason = "no layer consumes it (FP8 output is for a consumer with recipe delayed)";
+  } else if (consumers.size() > 1) {
+    std::vector<std::string> names;
+    for (const Layer* consumer : consumers) names.push_back(consumer->name);
+    reason = "layers " + quoted_list(names) + (names.size() == 2 ? " both" : " all") +
+             " consume it, and one FP8 tensor carries the input scale of one consumer";
+  } else {
+    const Layer& consumer = *consumers.front();
+    reason = "consumer '" + consumer.name + "' uses recipe " +
+             std::string(to_string(consumer.recipe.kind)) +
+             (consumer.recipe.kind == RecipeKind::current
+                  ? ", whose input scale comes from the tensor's own amax, which is not known "
+                    "before this GEMM runs"
+                  : ", whose block scales are computed from the data, which does not exist "
+                    "before this GEMM runs");
+  }
+  diagnostics_.warning(layer_sites_.at(producer.name).value_or_name("output"),
+                       "output = fp8 is not honoured, so '" + producer.name +
+                           "' writes its output in " + str(producer.output_dtype) + ": " + reason);
 }
 
 void Checker::check_against_target(const Layer& layer) {

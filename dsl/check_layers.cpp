@@ -65,7 +65,9 @@ std::optional<Layer> Checker::layer(const ast::Declaration& declaration, LayerSi
     diagnostics_.error(declaration.name.where,
                        "layer '" + layer.name + "' needs `in = N` (or `input = LAYER`, which gives it)");
   }
-  if (!site.entries.count("output")) layer.output_dtype = layer.dtype;
+  // With no `output`, or `output = fp8` (when it is not honoured, the output
+  // is written in the layer's own dtype), the output dtype is the layer's.
+  if (!site.entries.count("output") || layer.output_fp8) layer.output_dtype = layer.dtype;
   if (!site.entries.count("save_input"))
     layer.save_input = layer.recipe.is_fp8() ? SaveInput::fp8 : SaveInput::original;
   if (diagnostics_.error_count() != errors) return std::nullopt;

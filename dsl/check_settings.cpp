@@ -185,10 +185,7 @@ std::optional<Recipe> Checker::recipe_value(const std::vector<ast::Atom>& atoms)
   }
   std::optional<Recipe> recipe;
   for (const auto& [word, kind] : names<RecipeKind>()) {
-    if (word == head.text) {
-      recipe = Recipe{};
-      recipe->kind = kind;
-    }
+    if (word == head.text) recipe = default_recipe(kind);
   }
   if (!recipe) recipe = named_recipe(head);
   if (!recipe) return std::nullopt;

@@ -3,7 +3,8 @@
 //   check_settings.cpp   named and inline recipes, layouts and debug blocks
 //   check_layers.cpp     each layer's own keys
 //   check_graph.cpp      what holds between layers: input references, cycles,
-//                        shapes along a chain, parallel layouts, the target
+//                        shapes and dtypes along a chain, FP8 hand-over,
+//                        parallel layouts, the target
 // Every error points at the atom that is wrong; checking goes on after an
 // error so that one run reports everything it can.
 #pragma once
@@ -64,9 +65,12 @@ class Checker {
 
   // check_graph.cpp
   void check_graph(Spec& spec);
-  void check_chain(Layer& consumer, const Layer& producer);
+  void check_chain(const Spec& spec, Layer& consumer, const Layer& producer);
+  void check_dtypes(const Spec& spec, const Layer& consumer, const Layer& producer);
+  void check_fp8_input(const Layer& consumer, const Layer& producer);
   void check_sizes(const Layer& layer);
   void check_layout(const Layer& layer);
+  void check_fp8_output(const Spec& spec, const Layer& producer);
   void check_against_target(const Layer& layer);
 
   const SourceFile& file_;

@@ -20,6 +20,26 @@ const Layer* Spec::find_layer(std::string_view name) const {
   return nullptr;
 }
 
+Recipe default_recipe(RecipeKind kind) {
+  Recipe recipe;
+  recipe.kind = kind;
+  if (kind == RecipeKind::blockwise || kind == RecipeKind::mxfp8) recipe.backward = Fp8Format::e4m3;
+  if (kind == RecipeKind::blockwise) recipe.scale = ScaleForm::pow2;
+  return recipe;
+}
+
+const Layer* fp8_output_consumer(const Spec& spec, const Layer& producer) {
+  if (!producer.output_fp8 || !producer.recipe.is_fp8()) return nullptr;
+  const Layer* consumer = nullptr;
+  for (const auto& layer : spec.layers) {
+    if (layer.input != producer.name) continue;
+    if (consumer) return nullptr;  // one FP8 tensor carries one consumer's input scale
+    consumer = &layer;
+  }
+  if (!consumer || consumer->recipe.kind != RecipeKind::delayed) return nullptr;
+  return consumer;
+}
+
 #define FP8C_TO_STRING(Type)                        \
   std::string_view to_string(Type value) {          \
     for (const auto& [name, v] : dsl::names<Type>()) \

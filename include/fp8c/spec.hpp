@@ -35,6 +35,9 @@ enum class ScaleForm { fp32, pow2 };
 // (E4M3 and E5M2 both encode NaN), or fail the step and leave state unchanged.
 enum class NanPolicy { propagate, error };
 
+// A recipe's settings. The member defaults are those of delayed and current
+// scaling; default_recipe(kind) gives each kind's own (what the checker starts
+// a recipe of that kind from).
 struct Recipe {
   std::string name;  // empty for an inline recipe
   RecipeKind kind = RecipeKind::none;
@@ -51,6 +54,12 @@ struct Recipe {
   bool is_fp8() const { return kind != RecipeKind::none; }
   bool operator==(const Recipe&) const = default;
 };
+
+// A recipe of `kind` with that kind's defaults, as TransformerEngine's recipes
+// have them: delayed and current are HYBRID (forward e4m3, backward e5m2, fp32
+// scales); blockwise is Float8BlockScaling (e4m3 throughout, power-of-two
+// scales); mxfp8 is MXFP8BlockScaling (e4m3 throughout, E8M0 scales).
+Recipe default_recipe(RecipeKind kind);
 
 enum class Overlap { none, bulk, ring };
 
@@ -94,7 +103,10 @@ struct Layer {
   bool bias = false;
   Activation activation = Activation::none;
   DType dtype = DType::bf16;
-  bool output_fp8 = false;        // output = fp8, else output = output_dtype
+  // output = fp8 asks for FP8 output, honoured only as fp8_output_consumer()
+  // says; otherwise (and always for output = DTYPE) the output is written in
+  // output_dtype, which is `dtype` unless `output = DTYPE` says otherwise.
+  bool output_fp8 = false;
   DType output_dtype = DType::bf16;
   Recipe recipe;                  // resolved copy; recipe.name says where it came from
   Layout layout;                  // resolved copy
@@ -132,6 +144,21 @@ struct Spec {
   const Layer* find_layer(std::string_view name) const;
   bool operator==(const Spec&) const = default;
 };
+
+// Whether `producer`'s `output = fp8` is honoured, the one rule the checker
+// and the planner share. It is when the producer has an FP8 recipe and
+// exactly one layer consumes it (`input = producer`), and that consumer's
+// recipe is delayed: the producer's GEMM epilogue then writes FP8 with the
+// consumer's delayed input scale (known before the GEMM runs), and the
+// consumer takes that FP8 tensor as its input (it has no high-precision
+// input). Returns that consumer, a layer of `spec`; nullptr when the producer
+// writes its output in high precision instead (producer.output_dtype, which
+// is producer.dtype when output = fp8): no `output = fp8`, no consumer,
+// several consumers, or a consumer whose scales come from the data itself
+// (current, blockwise, mxfp8) or that has no FP8 input (none).
+// A consumer takes FP8 input exactly when
+//   fp8_output_consumer(spec, *spec.find_layer(consumer.input)) == &consumer.
+const Layer* fp8_output_consumer(const Spec& spec, const Layer& producer);
 
 // Names of enum values as written in the language.
 std::string_view to_string(Fp8Format);

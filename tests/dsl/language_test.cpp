@@ -28,10 +28,17 @@ std::vector<std::string> check_errors(const std::string& text, const CheckOption
 }
 
 Recipe make_recipe(RecipeKind kind, std::string name = "") {
-  Recipe r;
-  r.kind = kind;
+  Recipe r = default_recipe(kind);
   r.name = std::move(name);
   return r;
+}
+
+// The diagnostics of a file that checks (warnings allowed), as "LINE:COL: SEVERITY: MESSAGE".
+std::vector<std::string> check_warnings(const std::string& text, const CheckOptions& options = {}) {
+  const SourceFile file("test.fp8", text);
+  const CheckResult result = check_source(file, options);
+  EXPECT_TRUE(result.spec) << result.diagnostics.render(file);
+  return describe_all(file, result.diagnostics);
 }
 
 // ------------------------------------------------------------------ examples
@@ -82,7 +89,7 @@ TEST(Examples, GptMlpMeansWhatTheDesignSays) {
   fc1.out = 28672;
   fc1.bias = true;
   fc1.activation = Activation::gelu;
-  fc1.output_fp8 = true;
+  fc1.output_dtype = DType::bf16;  // fc2 scales its input itself (current): no FP8 hand-over
   fc1.recipe = hybrid;
   fc1.layout = tp8;
   fc1.mode = ParallelMode::column;
@@ -151,6 +158,18 @@ TEST(Defaults, OutputDtypeFollowsTheLayersDtype) {
   EXPECT_EQ(spec->layers[1].dtype, DType::fp32);
   EXPECT_EQ(spec->layers[1].output_dtype, DType::bf16);
   EXPECT_TRUE(spec->layers[2].output_fp8);
+  EXPECT_EQ(spec->layers[2].output_dtype, DType::bf16);
+}
+
+TEST(Defaults, OutputFp8FallsBackToTheLayersDtype) {
+  // Not honoured (no consumer): written in the layer's dtype, not the default bf16.
+  const auto spec = check_ok(
+      "layer a = linear { in = 64 out = 64 dtype = fp16 recipe = delayed output = fp8 }\n"
+      "layer b = linear { in = 64 out = 64 dtype = fp32 recipe = current output = fp8 }\n");
+  ASSERT_TRUE(spec);
+  EXPECT_TRUE(spec->layers[0].output_fp8);
+  EXPECT_EQ(spec->layers[0].output_dtype, DType::fp16);
+  EXPECT_EQ(spec->layers[1].output_dtype, DType::fp32);
 }
 
 TEST(Defaults, RecipeKindsStartFromTheirDefaults) {
@@ -170,6 +189,68 @@ TEST(Defaults, RecipeKindsStartFromTheirDefaults) {
   EXPECT_EQ(spec->recipes[2], make_recipe(RecipeKind::blockwise, "b"));
   EXPECT_EQ(spec->recipes[3], make_recipe(RecipeKind::mxfp8, "m"));
   EXPECT_EQ(spec->recipes[4], make_recipe(RecipeKind::none, "n"));
+}
+
+// TransformerEngine's defaults: HYBRID (E4M3 forward, E5M2 backward) for
+// per-tensor scaling, E4M3 throughout for Float8BlockScaling (with
+// power-of-two scales) and MXFP8BlockScaling.
+TEST(Defaults, RecipeDefaultsAreTransformerEngines) {
+  const auto spec = check_ok(
+      "recipe d = delayed\nrecipe c = current\nrecipe b = blockwise\nrecipe m = mxfp8\n"
+      "layer fc1 = linear { in = 64 out = 64 recipe = blockwise { nan = error } }\n");
+  ASSERT_TRUE(spec);
+  const std::vector<std::tuple<Fp8Format, Fp8Format, ScaleForm>> expected = {
+      {Fp8Format::e4m3, Fp8Format::e5m2, ScaleForm::fp32},
+      {Fp8Format::e4m3, Fp8Format::e5m2, ScaleForm::fp32},
+      {Fp8Format::e4m3, Fp8Format::e4m3, ScaleForm::pow2},
+      {Fp8Format::e4m3, Fp8Format::e4m3, ScaleForm::fp32}};  // mxfp8: E8M0, no scale key
+  ASSERT_EQ(spec->recipes.size(), expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    SCOPED_TRACE(spec->recipes[i].name);
+    EXPECT_EQ(spec->recipes[i].forward, std::get<0>(expected[i]));
+    EXPECT_EQ(spec->recipes[i].backward, std::get<1>(expected[i]));
+    EXPECT_EQ(spec->recipes[i].scale, std::get<2>(expected[i]));
+    EXPECT_EQ(spec->recipes[i], make_recipe(spec->recipes[i].kind, spec->recipes[i].name));
+  }
+  // An inline recipe starts from its kind's defaults too.
+  EXPECT_EQ(spec->layers[0].recipe.backward, Fp8Format::e4m3);
+  EXPECT_EQ(spec->layers[0].recipe.scale, ScaleForm::pow2);
+  EXPECT_EQ(spec->layers[0].recipe.nan, NanPolicy::error);
+}
+
+TEST(Defaults, BlockRecipeDefaultsCanBeOverridden) {
+  const auto spec = check_ok(
+      "recipe b = blockwise { backward = e5m2 scale = fp32 }\n"
+      "recipe m = mxfp8 { backward = e5m2 }\n"
+      "recipe b2 = b { nan = error }\n"
+      "layer fc1 = linear { in = 64 out = 64 recipe = b2 }\n");
+  ASSERT_TRUE(spec);
+  EXPECT_EQ(spec->recipes[0].backward, Fp8Format::e5m2);
+  EXPECT_EQ(spec->recipes[0].scale, ScaleForm::fp32);
+  EXPECT_EQ(spec->recipes[1].backward, Fp8Format::e5m2);
+  // A refinement starts from the recipe it refines, not from the kind.
+  EXPECT_EQ(spec->recipes[2].backward, Fp8Format::e5m2);
+  EXPECT_EQ(spec->recipes[2].scale, ScaleForm::fp32);
+}
+
+TEST(Defaults, ExplainWritesTheRecipeDefaults) {
+  const SourceFile file("t.fp8",
+                        "recipe b = blockwise\nrecipe m = mxfp8\nrecipe c = current\n"
+                        "layer fc1 = linear { in = 64 out = 64 recipe = b }\n");
+  const CheckResult result = check_source(file);
+  ASSERT_TRUE(result.spec);
+  const std::string text = explain_spec(*result.spec);
+  EXPECT_NE(text.find("recipe b = blockwise {\n  forward  = e4m3\n  backward = e4m3\n"
+                      "  scale    = pow2\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("recipe m = mxfp8 {\n  forward  = e4m3\n  backward = e4m3\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("recipe c = current {\n  forward  = e4m3\n  backward = e5m2\n"
+                      "  scale    = fp32\n"),
+            std::string::npos)
+      << text;
 }
 
 TEST(Defaults, EverySettingCanBeWritten) {
@@ -239,7 +320,7 @@ TEST(Input, AMatchingInIsAccepted) {
 
 TEST(Input, TwoConsumersShareAProducer) {
   const auto spec = check_ok(
-      "layer a = linear { in = 64 out = 128 recipe = current output = fp8 }\n"
+      "layer a = linear { in = 64 out = 128 recipe = current }\n"
       "layer b = linear { input = a out = 32 recipe = current }\n"
       "layer c = linear { input = a out = 16 recipe = delayed }\n");
   ASSERT_TRUE(spec);
@@ -258,6 +339,244 @@ TEST(Input, TensorParallelPairChains) {
   EXPECT_EQ(spec->layers[1].in_per_rank(), 1024u);
   EXPECT_EQ(spec->layers[1].out_per_rank(), 1024u);
   EXPECT_EQ(spec->layers[2].in, 1024u);
+}
+
+// ------------------------------------------------------------------ FP8 hand-over
+
+TEST(Fp8Output, IntoOneDelayedConsumerIsHonoured) {
+  const std::string text =
+      "layer a = linear { in = 64 out = 128 dtype = fp16 recipe = delayed output = fp8 }\n"
+      "layer b = linear { input = a out = 64 dtype = fp16 recipe = delayed { history = 4 } "
+      "debug = { stats = true fallback = dgrad } }\n"
+      "layer c = linear { input = b out = 64 dtype = fp16 recipe = current }\n";
+  EXPECT_EQ(check_warnings(text), std::vector<std::string>{});
+  const auto spec = check_ok(text);
+  ASSERT_TRUE(spec);
+  EXPECT_EQ(fp8_output_consumer(*spec, spec->layers[0]), &spec->layers[1]);
+  EXPECT_EQ(fp8_output_consumer(*spec, spec->layers[1]), nullptr);  // no output = fp8
+  EXPECT_EQ(fp8_output_consumer(*spec, spec->layers[2]), nullptr);
+  EXPECT_EQ(spec->layers[0].output_dtype, DType::fp16);
+  EXPECT_EQ(spec->layers[1].save_input, SaveInput::fp8);
+}
+
+TEST(Fp8Output, NotHonouredIsAWarningThatSaysWhyAndInWhatDtype) {
+  const std::string prefix = "output = fp8 is not honoured, so 'a' writes its output in ";
+  EXPECT_EQ(check_warnings("layer a = linear { in = 64 out = 64 recipe = delayed output = fp8 }\n"),
+            std::vector<std::string>{
+                "1:63: warning: " + prefix +
+                "bf16: no layer consumes it (FP8 output is for a consumer with recipe delayed)"});
+  EXPECT_EQ(
+      check_warnings("layer a = linear { in = 64 out = 64 dtype = fp32 recipe = current "
+                     "output = fp8 }\nlayer b = linear { input = a out = 64 dtype = fp32 "
+                     "recipe = current }\n"),
+      std::vector<std::string>{"1:76: warning: " + prefix +
+                               "fp32: consumer 'b' uses recipe current, whose input scale comes "
+                               "from the tensor's own amax, which is not known before this GEMM "
+                               "runs"});
+  EXPECT_EQ(check_warnings("layer a = linear { in = 64 out = 64 recipe = delayed output = fp8 }\n"
+                           "layer b = linear { input = a out = 64 recipe = blockwise }\n"),
+            std::vector<std::string>{
+                "1:63: warning: " + prefix +
+                "bf16: consumer 'b' uses recipe blockwise, whose block scales are computed from "
+                "the data, which does not exist before this GEMM runs"});
+  EXPECT_EQ(
+      check_warnings("layer a = linear { in = 64 out = 64 recipe = delayed output = fp8 }\n"
+                     "layer b = linear { input = a out = 64 recipe = mxfp8 }\n",
+                     {Target{100, true}}),
+      std::vector<std::string>{"1:63: warning: " + prefix +
+                               "bf16: consumer 'b' uses recipe mxfp8, whose block scales are "
+                               "computed from the data, which does not exist before this GEMM "
+                               "runs"});
+  EXPECT_EQ(check_warnings("layer a = linear { in = 64 out = 64 recipe = delayed output = fp8 }\n"
+                           "layer b = linear { input = a out = 64 recipe = delayed }\n"
+                           "layer c = linear { input = a out = 64 recipe = delayed }\n"
+                           "layer d = linear { input = a out = 64 recipe = delayed }\n"),
+            std::vector<std::string>{"1:63: warning: " + prefix +
+                                     "bf16: layers 'b', 'c' and 'd' all consume it, and one FP8 "
+                                     "tensor carries the input scale of one consumer"});
+}
+
+TEST(Fp8Output, NotHonouredMeansNoConsumer) {
+  const auto spec = check_ok(
+      "layer a = linear { in = 64 out = 64 dtype = fp16 recipe = delayed output = fp8 }\n"
+      "layer b = linear { input = a out = 64 dtype = fp16 recipe = current save_input = original "
+      "debug = { fallback = all } }\n"
+      "layer c = linear { in = 64 out = 64 recipe = current output = fp8 }\n"
+      "layer d = linear { input = c out = 64 recipe = delayed }\n"
+      "layer e = linear { input = c out = 64 recipe = delayed save_input = original }\n");
+  ASSERT_TRUE(spec);
+  for (const auto& layer : spec->layers) EXPECT_EQ(fp8_output_consumer(*spec, layer), nullptr);
+  EXPECT_EQ(spec->layers[0].output_dtype, DType::fp16);
+  EXPECT_EQ(spec->layers[2].output_dtype, DType::bf16);
+}
+
+TEST(Fp8Output, IntoRecipeNoneIsAnErrorAndNoWarning) {
+  EXPECT_EQ(check_errors("layer a = linear { in = 64 out = 64 recipe = delayed output = fp8 }\n"
+                         "layer b = linear { input = a out = 64 }\n"),
+            (std::vector<std::string>{
+                "1:63: error: 'a' hands FP8 output to 'b', whose recipe is none: it has no FP8 "
+                "input to take it",
+                "2:7: note: 'b' runs in high precision"}));
+}
+
+TEST(Fp8Output, TheExamplesAndTheReadmeCheckWithoutWarnings) {
+  std::vector<SourceFile> files;
+  for (const auto& path : list_files(examples_dir(), ".fp8"))
+    files.emplace_back(path, read_file(path));
+  // README.md's "The language, in one example": the first ``` block after it.
+  const std::string readme = read_file(examples_dir() + "/../README.md");
+  const std::size_t section = readme.find("## The language, in one example");
+  ASSERT_NE(section, std::string::npos);
+  const std::size_t begin = readme.find("```\n", section);
+  ASSERT_NE(begin, std::string::npos);
+  const std::size_t end = readme.find("```", begin + 4);
+  ASSERT_NE(end, std::string::npos);
+  files.emplace_back("README.md", readme.substr(begin + 4, end - begin - 4));
+  for (const auto& file : files) {
+    SCOPED_TRACE(file.path());
+    const CheckResult result = check_source(file);
+    ASSERT_TRUE(result.spec) << result.diagnostics.render(file);
+    EXPECT_TRUE(result.diagnostics.all().empty()) << result.diagnostics.render(file);
+  }
+}
+
+// ------------------------------------------------------------------ chain dtypes
+
+TEST(ChainDtypes, BackwardNeedsOneDtypeEvenWithFp8Output) {
+  // Forward b reads FP8, but backward b's bf16 dX would be a's fp16 dY.
+  EXPECT_EQ(check_errors("layer a = linear { in = 64 out = 64 dtype = fp16 recipe = delayed "
+                         "output = fp8 }\nlayer b = linear { input = a out = 64 recipe = delayed "
+                         "}\n"),
+            (std::vector<std::string>{
+                "2:7: error: 'b' has dtype bf16 but its input 'a' has dtype fp16: chained layers "
+                "share one dtype, since the input gradient of 'b' is the output gradient of 'a'",
+                "1:45: note: 'a' sets dtype here"}));
+  // Not honoured (current consumer): the same error, and the warning.
+  EXPECT_EQ(check_errors("layer a = linear { in = 64 out = 64 recipe = current output = fp8 }\n"
+                         "layer b = linear { input = a out = 64 dtype = fp16 recipe = current "
+                         "}\n"),
+            (std::vector<std::string>{
+                "2:47: error: 'b' has dtype fp16 but its input 'a' has dtype bf16: chained layers "
+                "share one dtype, since the input gradient of 'b' is the output gradient of 'a'",
+                "1:7: note: 'a' has the default dtype bf16",
+                "1:63: warning: output = fp8 is not honoured, so 'a' writes its output in bf16: "
+                "consumer 'b' uses recipe current, whose input scale comes from the tensor's own "
+                "amax, which is not known before this GEMM runs"}));
+}
+
+TEST(ChainDtypes, ForwardNeedsTheOutputDtype) {
+  EXPECT_EQ(check_errors("layer a = linear { in = 64 out = 64 dtype = fp16 output = fp32 }\n"
+                         "layer b = linear { input = a out = 64 dtype = fp16 }\n"),
+            (std::vector<std::string>{"2:47: error: 'b' takes fp16 but its input 'a' produces fp32",
+                                      "1:59: note: 'a' sets output here"}));
+  // A producer whose output dtype is the consumer's but whose dtype is not.
+  EXPECT_EQ(check_errors("layer a = linear { in = 64 out = 64 output = fp16 }\n"
+                         "layer b = linear { input = a out = 64 dtype = fp16 }\n"),
+            (std::vector<std::string>{
+                "2:47: error: 'b' has dtype fp16 but its input 'a' has dtype bf16: chained layers "
+                "share one dtype, since the input gradient of 'b' is the output gradient of 'a'",
+                "1:7: note: 'a' has the default dtype bf16"}));
+}
+
+TEST(ChainDtypes, MatchingDtypesChain) {
+  const auto spec = check_ok(
+      "layer a = linear { in = 64 out = 64 dtype = fp16 recipe = delayed output = fp8 }\n"
+      "layer b = linear { input = a out = 64 dtype = fp16 recipe = delayed output = fp16 }\n"
+      "layer c = linear { input = b out = 64 dtype = fp16 recipe = current output = fp32 }\n");
+  ASSERT_TRUE(spec);
+  EXPECT_EQ(spec->layers[2].output_dtype, DType::fp32);
+}
+
+// ------------------------------------------------------------------ FP8 input
+
+// The two specs.
+TEST(Fp8Input, SaveInputOriginalIsRejected) {
+  EXPECT_EQ(
+      check_errors("recipe d = delayed { history = 2 }\n"
+                   "layout tp2 = { tensor_parallel = 2 sequence_parallel = true }\n"
+                   "layer a = linear { in = 128 out = 128 output = fp8 recipe = d layout = tp2 row "
+                   "}\n"
+                   "layer b = linear { input = a out = 256 recipe = d layout = tp2 column "
+                   "save_input = original }\n"),
+      (std::vector<std::string>{
+          "4:84: error: save_input = original keeps the high-precision input of 'b', which it "
+          "does not have: 'b' takes its input in FP8 from 'a'; use save_input = fp8",
+          "3:48: note: 'a' writes its output in FP8 with the input scale of 'b'"}));
+}
+
+TEST(Fp8Input, FallbackOfFpropIsRejected) {
+  EXPECT_EQ(
+      check_errors("recipe d = delayed\n"
+                   "layer a = linear { in = 128 out = 256 output = fp8 recipe = d layout = { "
+                   "tensor_parallel = 2 } column }\n"
+                   "layer b = linear { input = a out = 128 recipe = d layout = { tensor_parallel "
+                   "= 2 } row debug = { fallback = fprop } }\n"),
+      (std::vector<std::string>{
+          "3:96: error: debug fallback of fprop needs the high-precision input of 'b', which it "
+          "does not have: 'b' takes its input in FP8 from 'a'; only dgrad may fall back",
+          "2:48: note: 'a' writes its output in FP8 with the input scale of 'b'"}));
+}
+
+TEST(Fp8Input, FallbackOfWgradAllAndNamedBlocksAreRejected) {
+  const std::string chain =
+      "layer a = linear { in = 64 out = 64 recipe = delayed output = fp8 }\n"
+      "debug inspect = { stats = true fallback = all }\n"
+      "debug wg = { fallback = wgrad dgrad }\n";
+  const std::string why =
+      " needs the high-precision input of 'b', which it does not have: 'b' takes its input in "
+      "FP8 from 'a'; only dgrad may fall back";
+  const std::string note = "1:63: note: 'a' writes its output in FP8 with the input scale of 'b'";
+  EXPECT_EQ(
+      check_errors(chain + "layer b = linear { input = a out = 64 recipe = delayed debug = "
+                           "inspect }\n"),
+      (std::vector<std::string>{"4:64: error: debug fallback of fprop and wgrad" + why, note}));
+  EXPECT_EQ(check_errors(chain + "layer b = linear { input = a out = 64 recipe = delayed debug = "
+                                 "wg }\n"),
+            (std::vector<std::string>{"4:64: error: debug fallback of wgrad" + why, note}));
+  EXPECT_EQ(
+      check_errors(chain + "layer b = linear { input = a out = 64 recipe = delayed debug = "
+                           "{ fallback = all } }\n"),
+      (std::vector<std::string>{"4:64: error: debug fallback of fprop and wgrad" + why, note}));
+  // A refinement that leaves only dgrad is fine.
+  EXPECT_TRUE(check_ok(chain + "layer b = linear { input = a out = 64 recipe = delayed debug = "
+                               "inspect { fallback = dgrad } }\n"));
+}
+
+TEST(Fp8Input, WhatAnFp8InputAllows) {
+  const auto spec = check_ok(
+      "layer a = linear { in = 64 out = 64 recipe = delayed output = fp8 }\n"
+      "layer b = linear { input = a out = 64 recipe = delayed save_input = fp8 "
+      "debug = { stats = true fallback = dgrad } }\n");
+  ASSERT_TRUE(spec);
+  EXPECT_EQ(spec->layers[1].debug.fallback, std::vector<GemmKind>{GemmKind::dgrad});
+  // The producer's own settings are not limited.
+  EXPECT_TRUE(check_ok(
+      "layer a = linear { in = 64 out = 64 recipe = delayed output = fp8 save_input = original "
+      "debug = { fallback = all } }\nlayer b = linear { input = a out = 64 recipe = delayed }\n"));
+}
+
+// ------------------------------------------------------------------ sizes
+
+TEST(Sizes, Mxfp8NeedsMultiplesOf32AndTheOthers16) {
+  const CheckOptions sm100{Target{100, true}};
+  const std::string tail =
+      " is not a multiple of 32, which MXFP8 GEMMs need (their scale blocks are 32 long along "
+      "K); pad it, or use another recipe";
+  EXPECT_EQ(
+      check_errors("layer a = linear { in = 48 out = 80 recipe = mxfp8 }\n", sm100),
+      (std::vector<std::string>{"1:25: error: in = 48" + tail, "1:34: error: out = 80" + tail}));
+  EXPECT_EQ(check_errors("layer a = linear { in = 64 out = 64 recipe = mxfp8 layout = { "
+                         "tensor_parallel = 4 } column }\n",
+                         sm100),
+            std::vector<std::string>{"1:34: error: out = 64 (16 per rank)" + tail});
+  EXPECT_TRUE(
+      check_ok("layer a = linear { in = 96 out = 64 recipe = mxfp8 layout = { "
+               "tensor_parallel = 2 } column }\n",
+               sm100));
+  for (const char* recipe : {"delayed", "current", "blockwise"})
+    EXPECT_TRUE(check_ok("layer a = linear { in = 48 out = 80 recipe = " + std::string(recipe) +
+                         " layout = { tensor_parallel = 5 } column }\n"));
+  EXPECT_TRUE(check_ok("layer a = linear { in = 48 out = 40 }\n"));
 }
 
 // ------------------------------------------------------------------ recipes
