@@ -13,6 +13,7 @@
 #include <map>
 #include <sstream>
 
+#include "api/session_plan.hpp"
 #include "codegen/plan/planner.hpp"
 #include "runtime/comm/local_device_group.hpp"
 #include "runtime/comm/nccl_bootstrap.hpp"
@@ -33,7 +34,7 @@ using runtime::DeviceLayerState;
 using runtime::GpuRankExecutor;
 
 ElemType elem(DType d) {
-  return d == DType::bf16 ? ElemType::bf16 : d == DType::fp16 ? ElemType::fp16 : ElemType::fp32;
+  return elem_type(d);
 }
 
 std::string describe(const TensorRef& t) {
@@ -74,7 +75,9 @@ TensorRef from_dlpack(const DLTensor& t) {
 struct Session::Impl {
   Spec spec;
   runtime::NcclBootstrap boot;
-  Plan plan;
+  SessionPlan planned;  // the plan and its lowering
+  const Plan& plan;
+  const LoweredPlan& lowered;
   runtime::Device device;
   runtime::Jit jit;
   std::unique_ptr<runtime::KernelSet> kernels;
@@ -102,17 +105,23 @@ struct Session::Impl {
       : spec(load_spec(path)),
         boot(o.launched ? runtime::nccl_bootstrap_from_process()
                         : runtime::single_rank_bootstrap()),
-        plan(plan_for(spec, o, boot.world_size)),
+        planned(plan_session(spec, o, boot.world_size)),
+        plan(planned.plan),
+        lowered(planned.lowered),
         device(o.launched ? boot.local_rank : o.device),
         jit(device.arch(),
             runtime::CubinCache(o.cache_dir.empty() ? runtime::CubinCache::default_directory()
                                                     : o.cache_dir)) {
     device.make_current();
-    runtime::LayerKernels all;
-    for (const auto& lp : plan.layers)
-      all.merge(runtime::layer_kernels(*spec.find_layer(lp.layer), lp));
-    kernels = std::make_unique<runtime::KernelSet>(jit, all.kernels, all.dbias_outputs,
-                                                   o.compile_threads);
+    // What runs is what the lowering says, and what it lists is what is
+    // compiled (`fp8c compile` lists the same kernels).
+    if (!lowered.unsupported.empty()) {
+      std::string m = "gpu executor: the spec cannot run on the GPU yet:";
+      for (const auto& u : lowered.unsupported) m += "\n  " + u;
+      throw runtime::ExecutorError(m);
+    }
+    kernels =
+        std::make_unique<runtime::KernelSet>(jit, lowered.kernel_list(), o.compile_threads);
     for (const auto& c : kernels->compiled())
       reports.push_back(
           {c.name, c.milliseconds, c.cache == runtime::CacheOutcome::hit, c.registers});
@@ -129,18 +138,11 @@ struct Session::Impl {
       run.plan = &lp;
       run.state = std::make_unique<DeviceLayerState>(*run.layer, lp);
       run.exec = std::make_unique<GpuRankExecutor>(
-          *run.layer, lp,
+          *run.layer, lp, *lowered.find(lp.layer),
           runtime::RankResources{*kernels, *comm, *gemm, stream.get(), comm_stream.get()},
           *run.state);
       layers.emplace(lp.layer, std::move(run));
     }
-  }
-
-  static Plan plan_for(const Spec& spec, const SessionOptions& o, int ranks) {
-    PlanOptions p;
-    p.ranks = static_cast<std::uint32_t>(ranks);
-    p.tokens = o.tokens;
-    return plan_spec(spec, p);
   }
 
   LayerRun& layer(const std::string& name) {
@@ -149,18 +151,10 @@ struct Session::Impl {
     return it->second;
   }
 
-  // Binds `t` to plan tensor `key` after checking dtype and shape; the first
-  // of `keys` that the plan has is the one.
-  void bind(LayerRun& run, std::initializer_list<const char*> keys, const TensorRef& t,
-            const char* what) {
-    const Tensor* p = nullptr;
-    std::string key;
-    for (const char* k : keys)
-      if ((p = run.plan->find(run.layer->name + "." + k))) {
-        key = k;
-        break;
-      }
-    if (!p) throw SessionError("fp8c: layer '" + run.layer->name + "' has no " + what);
+  // Binds `t` to plan tensor `id` after checking dtype and shape.
+  void bind(LayerRun& run, int id, const TensorRef& t, const char* what) {
+    if (id == kNoTensor) throw SessionError("fp8c: layer '" + run.layer->name + "' has no " + what);
+    const Tensor* p = &run.plan->tensor(id);
     const std::int64_t rows = static_cast<std::int64_t>(p->dims[0].local);
     const std::int64_t cols = static_cast<std::int64_t>(p->dims[1].local);
     if (!t.data)
@@ -183,7 +177,7 @@ struct Session::Impl {
         ordinal != device.ordinal())
       throw SessionError("fp8c: layer '" + run.layer->name + "': " + what +
                          " is not device memory of GPU " + std::to_string(device.ordinal()));
-    run.exec->bind(key, address);
+    run.exec->bind(id, address);
   }
 
   // Runs `body`, turning the executor's errors into SessionError.
@@ -255,27 +249,35 @@ const std::vector<KernelReport>& Session::kernels() const {
 
 std::vector<std::int64_t> Session::shape(const std::string& layer, const std::string& key) const {
   auto& run = impl_->layer(layer);
-  const Tensor* t = run.plan->find(layer + "." + key);
-  if (!t) throw SessionError("fp8c: layer '" + layer + "' has no tensor '" + key + "'");
-  return {static_cast<std::int64_t>(t->dims[0].local), static_cast<std::int64_t>(t->dims[1].local)};
+  const LayerIo& io = run.plan->io;
+  const std::pair<const char*, int> names[] = {{"x", io.x},   {"w", io.w},   {"b", io.b},
+                                               {"y", io.y},   {"dy", io.dy}, {"dx", io.dx},
+                                               {"dw", io.dw}, {"db", io.db}};
+  for (const auto& [name, id] : names)
+    if (key == name && id != kNoTensor) {
+      const Tensor& t = run.plan->tensor(id);
+      return {static_cast<std::int64_t>(t.dims[0].local), static_cast<std::int64_t>(t.dims[1].local)};
+    }
+  throw SessionError("fp8c: layer '" + layer + "' has no tensor '" + key + "'");
 }
 
 void Session::forward(const std::string& name, const LayerInputs& in, const TensorRef& y,
                       void* stream) {
   auto& run = impl_->layer(name);
   impl_->device.make_current();
-  if (run.plan->find(name + ".x.fp8.row") && run.plan->find(name + ".x.fp8.row")->external)
+  const LayerIo& io = run.plan->io;
+  if (io.x_fp8 != kNoTensor)
     throw SessionError("fp8c: layer '" + name +
                        "' takes its producer's FP8 output directly; chaining FP8 outputs "
                        "through the host API is not supported yet (use output = bf16)");
-  if (run.plan->find(name + ".y.fp8.row") && !run.plan->find(name + ".y"))
+  if (io.y_fp8 != kNoTensor)
     throw SessionError("fp8c: layer '" + name +
                        "' writes its output in FP8 for its consumer; handing FP8 outputs "
                        "through the host API is not supported yet (use output = bf16)");
-  impl_->bind(run, {"x"}, in.x, "input x");
-  impl_->bind(run, {"w"}, in.w, "weight w");
-  if (run.layer->bias) impl_->bind(run, {"b"}, in.bias, "bias");
-  impl_->bind(run, {"y", "y.reduced"}, y, "output y");
+  impl_->bind(run, io.x, in.x, "input x");
+  impl_->bind(run, io.w, in.w, "weight w");
+  if (run.layer->bias) impl_->bind(run, io.b, in.bias, "bias");
+  impl_->bind(run, io.y, y, "output y");
   const CUstream s = stream ? static_cast<CUstream>(stream) : impl_->stream.get();
   run.exec->set_stream(s);
   impl_->step(name, [&] { run.exec->forward(); });
@@ -291,10 +293,11 @@ void Session::backward(const std::string& name, const TensorRef& dy, const Layer
   if (!run.forward_done)
     throw SessionError("fp8c: backward of layer '" + name + "' without its forward");
   impl_->device.make_current();
-  impl_->bind(run, {"dy"}, dy, "output gradient dy");
-  impl_->bind(run, {"dx"}, out.dx, "input gradient dx");
-  impl_->bind(run, {"dw"}, out.dw, "weight gradient dw");
-  if (run.layer->bias) impl_->bind(run, {"db.reduced", "db"}, out.dbias, "bias gradient");
+  const LayerIo& io = run.plan->io;
+  impl_->bind(run, io.dy, dy, "output gradient dy");
+  impl_->bind(run, io.dx, out.dx, "input gradient dx");
+  impl_->bind(run, io.dw, out.dw, "weight gradient dw");
+  if (run.layer->bias) impl_->bind(run, io.db, out.dbias, "bias gradient");
   const CUstream s = stream ? static_cast<CUstream>(stream) : impl_->stream.get();
   // Backward reads what forward saved (z, the FP8 copies): on another
   // stream it waits for forward's end.

@@ -281,9 +281,7 @@ KernelSource emit_cuda_dbias_reduce(ElemType output) {
     default:
       throw std::invalid_argument("dbias_reduce: output must be fp32, bf16 or fp16");
   }
-  const std::string name = output == ElemType::fp32
-                               ? std::string("dbias_reduce")
-                               : "dbias_reduce_" + std::string(to_string(output));
+  const std::string name = DbiasReduceKernel{output}.name();
   const std::string source = cuda_prelude() + R"(
 // dbias[c] = sum over tiles, in tile order, of the per-tile column sums.
 extern "C" __global__ void __launch_bounds__(256)
@@ -296,6 +294,15 @@ extern "C" __global__ void __launch_bounds__(256)
 }
 )";
   return {name, name, source, {}};
+}
+
+std::string DbiasReduceKernel::name() const {
+  return output == ElemType::fp32 ? std::string("dbias_reduce")
+                                  : "dbias_reduce_" + std::string(to_string(output));
+}
+
+KernelSource emit_cuda(const DbiasReduceKernel& kernel) {
+  return emit_cuda_dbias_reduce(kernel.output);
 }
 
 }  // namespace fp8c

@@ -83,4 +83,13 @@ KernelSource emit_cuda(const QuantizeKernel& kernel);
 // const float* partial, int tiles, int cols. Grid ceil(cols / 256), block 256.
 KernelSource emit_cuda_dbias_reduce(ElemType output = ElemType::fp32);
 
+// emit_cuda_dbias_reduce's kernel as a description, so it is listed with
+// the others a plan needs.
+struct DbiasReduceKernel {
+  ElemType output = ElemType::fp32;
+  std::string name() const;
+  bool operator==(const DbiasReduceKernel&) const = default;
+};
+KernelSource emit_cuda(const DbiasReduceKernel& kernel);
+
 }  // namespace fp8c

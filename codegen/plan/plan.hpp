@@ -2,8 +2,11 @@
 // tensor-parallel size and one token count. Every tensor carries its logical
 // shape, its physical order (usage), its sharding and, after a gather, how
 // the rank segments lie in memory; every collective names the logical dim it
-// works on. The planner builds it, the checker validates it, `fp8c plan`
-// prints it and the runtime executes it. Pure data: no CUDA, no I/O.
+// works on. Each step is a type of its own with named operands (a GEMM knows
+// its A, B, output, bias, saved pre-activation...), so no consumer of a plan
+// ever recovers a tensor's role from its name: names are for people.
+// The planner builds it, the checker validates it, `fp8c plan` prints it and
+// the executors run it. Pure data: no CUDA, no I/O.
 #pragma once
 
 #include <array>
@@ -11,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "fp8c/spec.hpp"
@@ -32,6 +36,21 @@ enum class Scaling {
   mx_1x32,        // MXFP8: 32 along the inner physical dim, E8M0 scales
 };
 
+// The logical value a tensor holds (x, w, dz, ...), whatever its form.
+enum class Quantity { x, w, b, dy, dz, y, z, dx, dw, db };
+
+// The form in which a tensor holds its quantity.
+enum class Form {
+  value,         // high precision: the quantity itself
+  partial,       // this rank's partial sum, before a sum over the group
+  fp8,           // FP8 data (its scales: Tensor::scale)
+  block_scales,  // per-block scale_inv (fp32) or E8M0 codes of an FP8 tensor
+  scale,         // a per-tensor scale (executors keep its inverse beside it)
+  amax,          // max |value| over what this rank holds
+  amax_reduced,  // max over the group
+  next_scale,    // the delayed scale the update computes for the next step
+};
+
 // One logical dimension: its name (tokens, in, out, ...) and its extents.
 // Sharded over the tensor-parallel group iff local < global.
 struct Dim {
@@ -42,19 +61,28 @@ struct Dim {
   bool operator==(const Dim&) const = default;
 };
 
+constexpr int kNoTensor = -1;
+
 struct Tensor {
-  int id = -1;
-  std::string name;  // fc1.x, fc1.x.fp8.col, fc1.dy.fp8.col.gathered, ...
+  int id = kNoTensor;
+  std::string name;  // fc1.x, fc1.x.fp8.col, fc1.dy.fp8.col.gathered, ... (printing only)
+  Quantity quantity = Quantity::x;
+  Form form = Form::value;
   ElemType type = ElemType::bf16;
   std::array<Dim, 2> dims;
   Usage usage = Usage::rowwise;
   Scaling scaling = Scaling::none;
-  int scale = -1;  // id of this FP8 tensor's scale tensor, -1 for none
+  int scale = kNoTensor;  // this FP8 tensor's scale tensor (per-tensor or block scales)
   // Set on an all-gather output that was not permuted: the logical dim whose
   // rank segments are stored outermost (memory is [ranks][physical local]).
   std::optional<int> segmented;
+  // Block-scaled data whose blocks restart at each of `n` equal parts of a
+  // logical dim, instead of running over the whole dim: a gathered tensor
+  // (each rank quantized its own part), or a one-rank plan made on the block
+  // grid of an N-rank one (PlanOptions::block_grid_ranks). 1: no restart.
+  std::array<std::uint32_t, 2> block_segments{1, 1};
   // Provided from outside the pass: user input, weights, saved state, the
-  // producer layer's output, or a tensor saved by forward for backward.
+  // producer layer's output.
   bool external = false;
   std::string note;  // where an external tensor comes from
 
@@ -64,48 +92,219 @@ struct Tensor {
   std::uint64_t elements() const { return dims[0].local * dims[1].local; }
   std::uint64_t bytes() const;  // per rank
   bool is_fp8() const { return type == ElemType::e4m3 || type == ElemType::e5m2; }
+  bool block_scaled() const {
+    return is_fp8() && scaling != Scaling::per_tensor && scaling != Scaling::none;
+  }
   bool sharded() const { return dims[0].sharded() || dims[1].sharded(); }
 };
 
-enum class StepKind {
-  amax,             // local amax of a high-precision tensor (current scaling)
-  amax_all_reduce,  // MAX over the TP group, so every rank uses the 1-rank scale
-  quantize,         // high precision -> FP8 usages (+ fused amax, dbias, dact)
-  transpose,        // FP8 rowwise -> columnwise; per-tensor scaling only
-  all_gather,       // concatenates rank buffers along the physical outermost dim
-  permute,          // rank segments -> contiguous along the gathered dim
-  dequantize,       // FP8 -> high precision (debug fallback GEMM operands)
-  reduce_scatter,   // high precision sum, scattered along `dim`
-  all_reduce,       // high precision sum
-  gemm,
-  epilogue,      // bias / activation / FP8 cast after a row layer's reduction
-  scale_update,  // delayed recipe: amax history -> next scale
+// --- steps ------------------------------------------------------------------
+// Operands are tensor ids; kNoTensor where a step does without one.
+
+// Local amax of a high-precision tensor (current scaling), of src * act'(pre)
+// when the step fuses dact.
+struct AmaxStep {
+  int src = kNoTensor;
+  int pre_activation = kNoTensor;
+  Activation dact = Activation::none;
+  int amax = kNoTensor;
+};
+
+// MAX over the tensor-parallel group, so every rank uses the one-rank scale.
+struct AmaxAllReduceStep {
+  int in = kNoTensor;
+  int out = kNoTensor;
+  std::uint64_t bytes_per_rank = 0;
+};
+
+// High precision -> FP8 usages, with a fused amax, dbias and dact.
+struct QuantizeStep {
+  int src = kNoTensor;
+  int pre_activation = kNoTensor;  // dact: quantizes src * act'(pre_activation)
+  Activation dact = Activation::none;
+  int scale = kNoTensor;      // delayed: the per-tensor scale to apply
+  int amax_in = kNoTensor;    // current: the (group) amax the scale is derived from
+  int scale_out = kNoTensor;  // current: the derived scale, shared by both usages
+  bool pow2_scale = false;    // scales rounded down to a power of two (current, blockwise)
+  int rowwise = kNoTensor;  // FP8 outputs
+  int columnwise = kNoTensor;
+  int rowwise_scales = kNoTensor;  // their block scales (block and MX formats)
+  int columnwise_scales = kNoTensor;
+  int amax = kNoTensor;   // delayed: this step's amax, for the scale update
+  int dbias = kNoTensor;  // column sums of the (dact'ed) source
+  bool stats = false;     // debug statistics (amax, scale, under/overflow)
+};
+
+// FP8 rowwise -> columnwise; per-tensor scaling only (the scale is shared).
+struct TransposeStep {
+  int in = kNoTensor;
+  int out = kNoTensor;
+};
+
+// Concatenates rank buffers along the physical outermost dim; `dim` is the
+// logical dim gathered. Block scales travel with their data.
+struct AllGatherStep {
+  int dim = 0;
+  int in = kNoTensor;
+  int out = kNoTensor;
+  int scales_in = kNoTensor;
+  int scales_out = kNoTensor;
+  std::uint64_t bytes_per_rank = 0;
+};
+
+// Rank segments -> contiguous along logical dim `dim`.
+struct PermuteStep {
+  int dim = 0;
+  int in = kNoTensor;
+  int out = kNoTensor;
+  int scales_in = kNoTensor;
+  int scales_out = kNoTensor;
+};
+
+// High-precision sum over the group, scattered along logical dim `dim`.
+struct ReduceScatterStep {
+  int dim = 0;
+  int in = kNoTensor;
+  int out = kNoTensor;
+  std::uint64_t bytes_per_rank = 0;
+};
+
+// High-precision sum over the group.
+struct AllReduceStep {
+  int in = kNoTensor;
+  int out = kNoTensor;
+  std::uint64_t bytes_per_rank = 0;
+};
+
+// What a layer's forward output goes through after its last sum: bias,
+// activation (saving its input z), and the store, FP8 with a chained
+// delayed-scaling consumer's scale plus the output's amax.
+struct OutputEpilogue {
+  int bias = kNoTensor;
+  Activation activation = Activation::none;
+  int pre_activation = kNoTensor;  // z out, saved for dact
+  int out_scale = kNoTensor;       // the consumer's input scale (FP8 output)
+  int out_amax = kNoTensor;
+  bool any() const {
+    return bias != kNoTensor || activation != Activation::none || out_scale != kNoTensor;
+  }
 };
 
 enum class GemmRole { fprop, dgrad, wgrad };
 
-struct Step {
-  StepKind kind = StepKind::gemm;
-  std::vector<int> inputs;
-  std::vector<int> outputs;
-  // collectives: the LOGICAL dim gathered / scattered / reduced
-  int dim = -1;
-  std::uint64_t bytes_per_rank = 0;  // received per rank, ring algorithm
-  // quantize
-  bool rowwise = false;
-  bool columnwise = false;
-  bool fused_amax = false;
-  bool fused_dbias = false;
-  bool fused_dact = false;
-  bool stats = false;  // debug statistics (amax, scale, under/overflow)
-  // gemm
+// out = a . b over K (fprop K = in, dgrad K = out, wgrad K = tokens).
+struct GemmStep {
   GemmRole role = GemmRole::fprop;
+  int a = kNoTensor;
+  int b = kNoTensor;
+  int out = kNoTensor;
   bool high_precision = false;  // recipe none, or a debug fallback
-  bool bias = false;
-  Activation activation = Activation::none;  // forward: fused act (saves aux)
-  bool dact = false;
-  bool segmented_k = false;  // reads a segmented operand rank segment by segment
+  bool segmented_k = false;     // reads a segmented operand rank segment by segment
   bool accumulate = false;
+  OutputEpilogue epilogue;  // fprop only
+};
+
+// A row layer's forward output epilogue, after its reduction.
+struct EpilogueStep {
+  int in = kNoTensor;
+  int out = kNoTensor;
+  OutputEpilogue epilogue;
+};
+
+// Backward in high precision: dz = dy * act'(z) and/or dbias, where no
+// quantize step fuses them (a GEMM reads dz in high precision).
+struct GradEpilogueStep {
+  int dy = kNoTensor;
+  int pre_activation = kNoTensor;
+  Activation dact = Activation::none;
+  int out = kNoTensor;  // dz (dy itself without an activation), in the layer dtype
+  int dbias = kNoTensor;
+};
+
+// Delayed recipe: amax history -> next scale, for each entry.
+struct ScaleUpdateStep {
+  struct Entry {
+    int state = 0;  // index into LayerPlan::delayed
+    int amax = kNoTensor;
+    int next_scale = kNoTensor;
+  };
+  std::vector<Entry> entries;
+};
+
+enum class StepKind {
+  amax,
+  amax_all_reduce,
+  quantize,
+  transpose,
+  all_gather,
+  permute,
+  reduce_scatter,
+  all_reduce,
+  gemm,
+  epilogue,
+  grad_epilogue,
+  scale_update,
+};
+
+// The alternatives in StepKind order.
+using StepOp =
+    std::variant<AmaxStep, AmaxAllReduceStep, QuantizeStep, TransposeStep, AllGatherStep,
+                 PermuteStep, ReduceScatterStep, AllReduceStep, GemmStep, EpilogueStep,
+                 GradEpilogueStep, ScaleUpdateStep>;
+
+struct Step {
+  StepOp op;
+  StepKind kind() const { return static_cast<StepKind>(op.index()); }
+  template <typename T>
+  const T* as() const {
+    return std::get_if<T>(&op);
+  }
+  template <typename T>
+  T* as() {
+    return std::get_if<T>(&op);
+  }
+  // Every tensor read / written, in a fixed order per kind (the checker's
+  // and printers' generic view).
+  std::vector<int> inputs() const;
+  std::vector<int> outputs() const;
+  // Makes every read of tensor `from` a read of `to` (plan edits in tests).
+  void replace_input(int from, int to);
+  std::uint64_t bytes_per_rank() const;  // collectives: received per rank; else 0
+  bool is_collective() const;
+
+ private:
+  std::vector<int*> refs(bool inputs);
+};
+
+// A delayed-scaling tensor's state: its scale (read by quantize steps), its
+// amax this step (local, and over the group where sharded) and the scale the
+// update computes. State files and executors key it by quantity name.
+struct DelayedTensor {
+  Quantity quantity = Quantity::x;
+  ElemType format = ElemType::e4m3;
+  int scale = kNoTensor;
+  int amax = kNoTensor;          // as quantized (or, chained, as the producer reported)
+  int amax_reduced = kNoTensor;  // the update's input: amax, or its MAX over the group
+  int next_scale = kNoTensor;
+  std::string key() const;  // "x", "w", "dz", ...
+};
+
+// The tensors a layer exchanges with its caller and neighbours.
+struct LayerIo {
+  int x = kNoTensor;        // high-precision input (kNoTensor when it arrives in FP8)
+  int x_fp8 = kNoTensor;    // FP8 input written by the producer's epilogue
+  int x_amax = kNoTensor;   // its amax, as the producer computed it
+  int w = kNoTensor;
+  int b = kNoTensor;
+  int dy = kNoTensor;
+  int y = kNoTensor;        // high-precision output (kNoTensor when written in FP8)
+  int y_fp8 = kNoTensor;    // FP8 output for the consumer
+  int y_scale = kNoTensor;  // the consumer's input scale the epilogue applies
+  int y_amax = kNoTensor;
+  int z = kNoTensor;        // pre-activation saved for backward
+  int dx = kNoTensor;
+  int dw = kNoTensor;
+  int db = kNoTensor;       // final (reduced) bias gradient
 };
 
 struct LayerPlan {
@@ -113,10 +312,14 @@ struct LayerPlan {
   std::uint32_t ranks = 1;      // tensor-parallel size this layer runs on
   std::vector<Tensor> tensors;  // index == id
   std::vector<Step> forward, backward, update;
-  std::vector<std::string> notes;  // decisions worth printing
+  LayerIo io;
+  std::vector<DelayedTensor> delayed;  // delayed recipe only
+  std::vector<std::string> notes;      // decisions worth printing
 
   const Tensor& tensor(int id) const { return tensors.at(static_cast<std::size_t>(id)); }
-  const Tensor* find(std::string_view name) const;
+  const Tensor* find(std::string_view name) const;  // by full name (tests, capture)
+  // The delayed entry whose scale (or next scale) is tensor `id`; -1 if none.
+  int delayed_index_of_scale(int id) const;
 };
 
 struct Plan {
@@ -131,8 +334,15 @@ std::string_view to_string(Usage);
 std::string_view to_string(Scaling);
 std::string_view to_string(StepKind);
 std::string_view to_string(GemmRole);
+std::string_view to_string(Quantity);
+std::string_view to_string(Form);
 std::size_t element_bytes(ElemType);
 bool is_collective(StepKind);
+ElemType elem_type(DType);
+ElemType elem_type(Fp8Format);
+// The spec's FP8 format of an FP8 element type (e4m3 for anything else).
+Fp8Format fp8_format_of(ElemType);
+bool is_gradient(Quantity);  // dy, dz, dx, dw, db: quantized in the backward format
 
 // Bytes a ring collective receives per rank for a tensor of `total` bytes.
 std::uint64_t all_gather_bytes(std::uint64_t total, std::uint32_t ranks);

@@ -1,7 +1,9 @@
 // Rules, each with the bug it prevents:
 // - inputs exist before use: a step reading a buffer nobody wrote;
 // - GEMM operands follow the TN rule and agree on K: an FP8 GEMM reading the
-//   wrong usage ("missing column-wise usage") or mismatched shapes;
+//   wrong usage ("missing column-wise usage") or mismatched shapes; a
+//   high-precision (fallback) GEMM reads no FP8 data, so what it computes
+//   does not depend on how many ranks quantized what;
 // - a gather's dim is its input's sharded dim, and a gather along a dim that
 //   is not the physical outermost yields rank segments that only a permute
 //   or a segmented-K GEMM may read: TransformerEngine issue #530, where the
@@ -29,7 +31,7 @@ struct StepRef {
 
 std::string where(const LayerPlan& l, const StepRef& r) {
   return "layer '" + l.layer + "' " + r.pass + " step " + std::to_string(r.index) + " (" +
-         std::string(to_string(r.step->kind)) + ")";
+         std::string(to_string(r.step->kind())) + ")";
 }
 
 std::vector<StepRef> all_steps(const LayerPlan& l) {
@@ -54,15 +56,12 @@ int k_dim(GemmRole role, int operand) {
   return 0;
 }
 
-void check_gemm(const LayerPlan& l, const StepRef& r, std::vector<std::string>& errors) {
-  const Step& s = *r.step;
-  if (s.inputs.size() < 2) {
-    errors.push_back(where(l, r) + ": a GEMM needs two operands");
-    return;
-  }
+void check_gemm(const LayerPlan& l, const StepRef& r, const GemmStep& s,
+                std::vector<std::string>& errors) {
   std::uint64_t k[2] = {0, 0};
+  const int operands[2] = {s.a, s.b};
   for (int o = 0; o < 2; ++o) {
-    const Tensor& t = l.tensor(s.inputs[static_cast<std::size_t>(o)]);
+    const Tensor& t = l.tensor(operands[o]);
     const int kd = k_dim(s.role, o);
     k[o] = t.dims[static_cast<std::size_t>(kd)].local;
     if (s.high_precision && t.is_fp8())
@@ -90,53 +89,59 @@ void check_gemm(const LayerPlan& l, const StepRef& r, std::vector<std::string>& 
                      std::to_string(k[1]));
 }
 
-void check_all_gather(const LayerPlan& l, const StepRef& r,
-                      const std::multimap<int, const Step*>& consumers,
-                      std::vector<std::string>& errors) {
-  const Step& s = *r.step;
-  if (s.inputs.empty() || s.outputs.empty()) {
-    errors.push_back(where(l, r) + ": all_gather needs an input and an output");
+void check_gather_pair(const LayerPlan& l, const StepRef& r, int dim, int in_id, int out_id,
+                       const std::multimap<int, const Step*>& consumers,
+                       std::vector<std::string>& errors) {
+  const Tensor& in = l.tensor(in_id);
+  const Tensor& out = l.tensor(out_id);
+  if (dim < 0 || dim > 1 || !in.dims[static_cast<std::size_t>(dim)].sharded()) {
+    errors.push_back(where(l, r) + ": gathers dim " + std::to_string(dim) + " of " + in.name +
+                     ", which is not its sharded dim");
     return;
   }
-  if (l.ranks <= 1) errors.push_back(where(l, r) + ": all_gather on a single rank");
-  for (std::size_t i = 0; i < s.inputs.size() && i < s.outputs.size(); ++i) {
-    const Tensor& in = l.tensor(s.inputs[i]);
-    const Tensor& out = l.tensor(s.outputs[i]);
-    if (s.dim < 0 || s.dim > 1 || !in.dims[static_cast<std::size_t>(s.dim)].sharded()) {
-      errors.push_back(where(l, r) + ": gathers dim " + std::to_string(s.dim) + " of " + in.name +
-                       ", which is not its sharded dim");
-      continue;
-    }
-    const Dim& d = in.dims[static_cast<std::size_t>(s.dim)];
-    if (s.dim == in.outer_dim()) {
-      if (out.segmented)
-        errors.push_back(where(l, r) + ": " + out.name + " is marked segmented, but '" + d.name +
-                         "' is the outermost dim of " + in.name + ": the gather is contiguous");
-      continue;
-    }
-    const std::string layout = "[ranks][" + in.dims[static_cast<std::size_t>(in.outer_dim())].name +
-                               "][" + d.name + "/ranks]";
-    if (out.segmented != s.dim) {
-      errors.push_back(where(l, r) + ": " + in.name + " is " + std::string(to_string(in.usage)) +
-                       ", so the gathered dim '" + d.name +
-                       "' is its physical inner dim; all-gather concatenates along the outermost "
-                       "dim, so " +
-                       out.name + " is laid out " + layout +
-                       " and must be marked segmented along '" + d.name +
-                       "', or its consumers read scrambled data");
-      continue;
-    }
-    auto range = consumers.equal_range(out.id);
-    for (auto it = range.first; it != range.second; ++it) {
-      const Step& c = *it->second;
-      const bool ok = c.kind == StepKind::permute || c.kind == StepKind::dequantize ||
-                      (c.kind == StepKind::gemm && c.segmented_k);
-      if (!ok)
-        errors.push_back(where(l, r) + ": segmented " + out.name + " (" + layout + ", gathered '" +
-                         d.name + "') is read by a " + std::string(to_string(c.kind)) +
-                         " that expects contiguous '" + d.name + "': scrambled data");
-    }
+  const Dim& d = in.dims[static_cast<std::size_t>(dim)];
+  if (dim == in.outer_dim()) {
+    if (out.segmented)
+      errors.push_back(where(l, r) + ": " + out.name + " is marked segmented, but '" + d.name +
+                       "' is the outermost dim of " + in.name + ": the gather is contiguous");
+    return;
   }
+  const std::string layout = "[ranks][" + in.dims[static_cast<std::size_t>(in.outer_dim())].name +
+                             "][" + d.name + "/ranks]";
+  if (out.segmented != dim) {
+    errors.push_back(where(l, r) + ": " + in.name + " is " + std::string(to_string(in.usage)) +
+                     ", so the gathered dim '" + d.name +
+                     "' is its physical inner dim; all-gather concatenates along the outermost "
+                     "dim, so " +
+                     out.name + " is laid out " + layout + " and must be marked segmented along '" +
+                     d.name + "', or its consumers read scrambled data");
+    return;
+  }
+  auto range = consumers.equal_range(out.id);
+  for (auto it = range.first; it != range.second; ++it) {
+    const Step& c = *it->second;
+    const GemmStep* g = c.as<GemmStep>();
+    const bool ok = c.kind() == StepKind::permute || (g && g->segmented_k);
+    if (!ok)
+      errors.push_back(where(l, r) + ": segmented " + out.name + " (" + layout + ", gathered '" +
+                       d.name + "') is read by a " + std::string(to_string(c.kind())) +
+                       " that expects contiguous '" + d.name + "': scrambled data");
+  }
+}
+
+// A per-tensor FP8 output of a sharded source uses a scale every rank
+// shares: current, an amax reduced over the group; delayed, a scale whose
+// amax the update reduces.
+bool scale_agreed(const LayerPlan& l, const QuantizeStep& s, const std::map<int, const Step*>& producer) {
+  if (s.amax_in != kNoTensor) {
+    auto it = producer.find(s.amax_in);
+    return it != producer.end() && it->second->kind() == StepKind::amax_all_reduce;
+  }
+  const int d = l.delayed_index_of_scale(s.scale);
+  if (d < 0) return false;
+  const DelayedTensor& e = l.delayed[static_cast<std::size_t>(d)];
+  auto it = producer.find(e.amax_reduced);
+  return it != producer.end() && it->second->kind() == StepKind::amax_all_reduce;
 }
 
 }  // namespace
@@ -156,7 +161,7 @@ std::vector<std::string> check_layer_plan(const LayerPlan& l) {
   std::multimap<int, const Step*> consumers;
   std::map<int, const Step*> producer;
   for (const auto& r : steps) {
-    for (int id : r.step->inputs) {
+    for (int id : r.step->inputs()) {
       if (!valid(id)) {
         errors.push_back(where(l, r) + ": reads unknown tensor id " + std::to_string(id));
         continue;
@@ -166,7 +171,7 @@ std::vector<std::string> check_layer_plan(const LayerPlan& l) {
         errors.push_back(where(l, r) + ": reads " + l.tensor(id).name +
                          " before any step produces it");
     }
-    for (int id : r.step->outputs) {
+    for (int id : r.step->outputs()) {
       if (!valid(id)) {
         errors.push_back(where(l, r) + ": writes unknown tensor id " + std::to_string(id));
         continue;
@@ -177,75 +182,48 @@ std::vector<std::string> check_layer_plan(const LayerPlan& l) {
       available.insert(id);
     }
   }
+  for (const DelayedTensor& d : l.delayed)
+    for (int id : {d.scale, d.amax, d.amax_reduced, d.next_scale})
+      if (id != kNoTensor && !valid(id))
+        errors.push_back("layer '" + l.layer + "': delayed state of '" + d.key() +
+                         "' names unknown tensor id " + std::to_string(id));
   if (!errors.empty()) return errors;
-  // Scales of reduced amaxes (delayed: reduced in the update pass).
-  std::set<int> reduced_in_update;
-  for (const auto& s : l.update)
-    if (s.kind == StepKind::amax_all_reduce)
-      for (int id : s.inputs) reduced_in_update.insert(id);
-  // Sources whose fused (delayed) amax is reduced: a later quantize of the
-  // same source that records no amax of its own uses the same history scale.
-  std::set<int> delayed_reduced_sources;
-  for (const auto& r : steps)
-    if (r.step->kind == StepKind::quantize && r.step->fused_amax)
-      for (int out : r.step->outputs)
-        if (reduced_in_update.count(out)) delayed_reduced_sources.insert(r.step->inputs.at(0));
   for (const auto& r : steps) {
     const Step& s = *r.step;
-    switch (s.kind) {
-      case StepKind::gemm:
-        check_gemm(l, r, errors);
-        break;
-      case StepKind::all_gather:
-        check_all_gather(l, r, consumers, errors);
-        break;
-      case StepKind::transpose:
-        for (int id : s.inputs)
-          if (l.tensor(id).scaling != Scaling::per_tensor)
-            errors.push_back(where(l, r) + ": transposes " + l.tensor(id).name + " with " +
-                             std::string(to_string(l.tensor(id).scaling)) +
-                             " scaling; only per-tensor columnwise data is the transpose of "
-                             "rowwise: quantize columnwise from high precision");
-        break;
-      case StepKind::quantize: {
-        if ((s.rowwise || s.columnwise) == false)
-          errors.push_back(where(l, r) + ": quantizes no usage");
-        const Tensor& src = l.tensor(s.inputs.at(0));
-        for (int id : s.outputs) {
-          const Tensor& t = l.tensor(id);
-          if (!t.is_fp8()) continue;
-          if (!consumers.count(id))
-            errors.push_back(where(l, r) + ": produces " + t.name + " (" +
-                             std::string(to_string(t.usage)) + ") which no step reads");
-          if (t.scaling != Scaling::per_tensor || l.ranks <= 1 || !src.sharded()) continue;
-          // Current: the amax input must be the reduced one. Delayed: the
-          // fused amax must be reduced before the scale update.
-          bool ok = false;
-          for (int in : s.inputs)
-            if (in != s.inputs[0] && producer.count(in) &&
-                producer.at(in)->kind == StepKind::amax_all_reduce)
-              ok = true;
-          for (int out : s.outputs)
-            if (reduced_in_update.count(out)) ok = true;
-          if (!s.fused_amax && delayed_reduced_sources.count(s.inputs[0])) ok = true;
-          if (!ok)
-            errors.push_back(where(l, r) + ": " + t.name + " is quantized from sharded " +
-                             src.name +
-                             " with a per-tensor scale whose amax is not reduced "
-                             "(MAX) over the " +
-                             std::to_string(l.ranks) + " ranks: ranks would use different scales");
-        }
-        break;
+    if (const auto* g = s.as<GemmStep>()) {
+      check_gemm(l, r, *g, errors);
+    } else if (const auto* g = s.as<AllGatherStep>()) {
+      if (l.ranks <= 1) errors.push_back(where(l, r) + ": all_gather on a single rank");
+      check_gather_pair(l, r, g->dim, g->in, g->out, consumers, errors);
+      if (g->scales_in != kNoTensor)
+        check_gather_pair(l, r, g->dim, g->scales_in, g->scales_out, consumers, errors);
+    } else if (const auto* t = s.as<TransposeStep>()) {
+      if (l.tensor(t->in).scaling != Scaling::per_tensor)
+        errors.push_back(where(l, r) + ": transposes " + l.tensor(t->in).name + " with " +
+                         std::string(to_string(l.tensor(t->in).scaling)) +
+                         " scaling; only per-tensor columnwise data is the transpose of "
+                         "rowwise: quantize columnwise from high precision");
+    } else if (const auto* q = s.as<QuantizeStep>()) {
+      if (q->rowwise == kNoTensor && q->columnwise == kNoTensor)
+        errors.push_back(where(l, r) + ": quantizes no usage");
+      const Tensor& src = l.tensor(q->src);
+      for (int id : {q->rowwise, q->columnwise}) {
+        if (id == kNoTensor) continue;
+        const Tensor& t = l.tensor(id);
+        if (!consumers.count(id))
+          errors.push_back(where(l, r) + ": produces " + t.name + " (" +
+                           std::string(to_string(t.usage)) + ") which no step reads");
+        if (t.scaling != Scaling::per_tensor || l.ranks <= 1 || !src.sharded()) continue;
+        if (!scale_agreed(l, *q, producer))
+          errors.push_back(where(l, r) + ": " + t.name + " is quantized from sharded " + src.name +
+                           " with a per-tensor scale whose amax is not reduced (MAX) over the " +
+                           std::to_string(l.ranks) + " ranks: ranks would use different scales");
       }
-      case StepKind::permute:
-        for (int id : s.inputs)
-          if (!l.tensor(id).segmented && l.tensor(id).type != ElemType::fp32 &&
-              l.tensor(id).type != ElemType::e8m0)
-            errors.push_back(where(l, r) + ": permutes " + l.tensor(id).name +
-                             ", which is not segmented");
-        break;
-      default:
-        break;
+    } else if (const auto* p = s.as<PermuteStep>()) {
+      for (int id : {p->in, p->scales_in})
+        if (id != kNoTensor && !l.tensor(id).segmented)
+          errors.push_back(where(l, r) + ": permutes " + l.tensor(id).name +
+                           ", which is not segmented");
     }
   }
   return errors;

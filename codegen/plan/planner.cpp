@@ -1,19 +1,27 @@
 // The planner. Decisions (docs/plan-json.md has the full list):
 // - FP8 GEMMs are TN: each FP8 operand is quantized in the usage whose inner
-//   physical dim is the GEMM's K, and in no other usage.
+//   physical dim is the GEMM's K, and only for the FP8 GEMMs that read it.
+// - A debug fallback GEMM reads the original high-precision operands at every
+//   tensor-parallel size (gathered in high precision where they are sharded),
+//   so its meaning, and the FP8 state a layer keeps, do not depend on the
+//   number of ranks.
 // - Activations are gathered in FP8; reductions run in high precision.
+// - Block and MX recipes cannot transpose, so they gather each usage they
+//   quantized from high precision; where a rank's share of the gathered dim
+//   would cut the blocks of a usage (tokens per rank not a multiple of the
+//   block), the high-precision tensor is gathered and quantized after the
+//   gather instead (TransformerEngine's rule), so blocks match one rank's.
 // - A gather along tokens of a columnwise tensor (tokens is its inner dim)
 //   yields rank segments: wgrad reads them as a segmented K when a segment is
 //   a whole number of 128-wide K tiles, else a permute makes them contiguous.
 // - Per-tensor recipes gather the rowwise grad-output and transpose the
-//   gathered copy (one gather instead of two); block and MX recipes cannot
-//   transpose, so they gather each usage they quantized from high precision.
-// - A debug fallback GEMM reads the high-precision tensor when this rank has
-//   it whole, else dequantizes the FP8 operand the FP8 GEMM would have read,
-//   so debugging never changes what is communicated.
+//   gathered copy (one gather instead of two).
+// - Per-tensor scales of sharded tensors come from an amax reduced (MAX)
+//   over the group, so every rank uses the one-rank scale.
 #include "codegen/plan/planner.hpp"
 
 #include <algorithm>
+#include <set>
 
 #include "codegen/plan/plan_check.hpp"
 
@@ -21,22 +29,6 @@ namespace fp8c {
 namespace {
 
 constexpr std::uint64_t kGemmKTile = 128;
-
-ElemType to_elem(DType d) {
-  switch (d) {
-    case DType::bf16:
-      return ElemType::bf16;
-    case DType::fp16:
-      return ElemType::fp16;
-    case DType::fp32:
-      return ElemType::fp32;
-  }
-  return ElemType::bf16;
-}
-
-ElemType to_elem(Fp8Format f) {
-  return f == Fp8Format::e4m3 ? ElemType::e4m3 : ElemType::e5m2;
-}
 
 bool per_tensor(RecipeKind k) {
   return k == RecipeKind::delayed || k == RecipeKind::current;
@@ -57,6 +49,14 @@ Scaling scaling_for(RecipeKind k, bool weight) {
   return Scaling::none;
 }
 
+// Block extent of `scaling` along a tensor's inner / outer physical dim.
+std::uint64_t inner_block(Scaling s) {
+  return s == Scaling::mx_1x32 ? 32 : s == Scaling::none || s == Scaling::per_tensor ? 1 : 128;
+}
+std::uint64_t outer_block(Scaling s) {
+  return s == Scaling::block_128x128 ? 128 : 1;
+}
+
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
   return (a + b - 1) / b;
 }
@@ -66,26 +66,38 @@ Dim dim_of(std::string name, std::uint64_t global, bool sharded, std::uint32_t r
 }
 
 // Which FP8 usages of one operand tensor the plan needs.
-struct Needs {
+struct Usages {
   bool row = false;
   bool col = false;
   bool any() const { return row || col; }
 };
 
+struct Quantized {
+  int row = kNoTensor;
+  int col = kNoTensor;
+};
+struct QuantizeExtras {
+  int pre_activation = kNoTensor;  // fuse dact
+  bool dbias = false;              // fuse dbias
+  int reuse_amax = kNoTensor;      // current: the amax an earlier quantize of the quantity used
+};
+
 // Builds the plan of one layer.
 class LayerPlanner {
  public:
-  LayerPlanner(const Spec& spec, const Layer& layer, std::uint32_t ranks, std::uint64_t tokens)
-      : spec_(spec), layer_(layer), R_(ranks), T_(tokens) {
+  LayerPlanner(const Spec& spec, const Layer& layer, std::uint32_t ranks, std::uint64_t tokens,
+               std::uint32_t grid_ranks)
+      : layer_(layer), R_(ranks), G_(grid_ranks), T_(tokens) {
     plan_.layer = layer.name;
     plan_.ranks = ranks;
     kind_ = layer.recipe.kind;
     fp8_ = layer.recipe.is_fp8();
     sp_ = layer.layout.sequence_parallel && R_ > 1;
     column_ = layer.mode == ParallelMode::column;
-    hp_ = to_elem(layer.dtype);
-    fwd_ = to_elem(layer.recipe.forward);
-    bwd_ = to_elem(layer.recipe.backward);
+    act_ = layer.activation;
+    hp_ = elem_type(layer.dtype);
+    fwd_ = elem_type(layer.recipe.forward);
+    bwd_ = elem_type(layer.recipe.backward);
     for (auto g : layer.debug.fallback) fallback_[static_cast<int>(g)] = true;
     if (!fp8_) fallback_[0] = fallback_[1] = fallback_[2] = true;
     // Logical dims of the layer's tensors on this rank.
@@ -95,22 +107,25 @@ class LayerPlanner {
     in_ = dim_of("in", layer.in, !column_ && R_ > 1, R_);
     out_ = dim_of("out", layer.out, column_ && R_ > 1, R_);
     const Layer* producer = layer.input.empty() ? nullptr : spec.find_layer(layer.input);
-    chained_in_ = producer && producer->output_fp8 && kind_ == RecipeKind::delayed;
-    for (const auto& other : spec.layers)
-      if (other.input == layer.name) consumer_ = &other;
-    chained_out_ = layer.output_fp8 && consumer_ && consumer_->recipe.kind == RecipeKind::delayed;
-    if (layer.output_fp8 && !chained_out_)
-      plan_.notes.push_back("output = fp8 is written in " + std::string(to_string(layer.dtype)) +
-                            (consumer_ ? ": consumer '" + consumer_->name + "' uses recipe " +
-                                             std::string(to_string(consumer_->recipe.kind)) +
-                                             ", whose scale is not known before this GEMM runs"
-                                       : ": no layer consumes it"));
+    chained_in_ = producer && fp8_output_consumer(spec, *producer) == &layer;
+    consumer_ = fp8_output_consumer(spec, layer);
+    if (layer.output_fp8 && !consumer_)
+      plan_.notes.push_back("output = fp8 is not honoured (see `fp8c check`): the output is "
+                            "written in " +
+                            std::string(to_string(layer.output_dtype)));
+    if (chained_in_ && (layer.save_input == SaveInput::original || !gemm_fp8(GemmRole::fprop) ||
+                        !gemm_fp8(GemmRole::wgrad)))
+      throw PlanError("layer '" + layer.name + "' takes its input in FP8 from '" + layer.input +
+                      "', so it has no high-precision input for save_input = original or a "
+                      "fallback fprop/wgrad");
   }
 
   LayerPlan run() {
     forward();
     backward();
     update();
+    note_cut_blocks();
+    check_gemm_sizes();
     return std::move(plan_);
   }
 
@@ -127,10 +142,12 @@ class LayerPlanner {
   Tensor& at(int id) { return plan_.tensors[static_cast<std::size_t>(id)]; }
   std::string name(const std::string& suffix) const { return layer_.name + "." + suffix; }
 
-  int hp_tensor(const std::string& n, Dim d0, Dim d1, ElemType type, bool external,
-                std::string note = {}) {
+  int hp_tensor(Quantity q, Form form, const std::string& n, Dim d0, Dim d1, ElemType type,
+                bool external = false, std::string note = {}) {
     Tensor t;
     t.name = name(n);
+    t.quantity = q;
+    t.form = form;
     t.type = type;
     t.dims = {std::move(d0), std::move(d1)};
     t.external = external;
@@ -138,144 +155,184 @@ class LayerPlanner {
     return add(std::move(t));
   }
 
-  int scalar(const std::string& n, bool external, std::string note = {}) {
-    return hp_tensor(n, Dim{"1", 1, 1}, Dim{"1", 1, 1}, ElemType::fp32, external, std::move(note));
+  int scalar(Quantity q, Form form, const std::string& n, bool external = false,
+             std::string note = {}) {
+    return hp_tensor(q, form, n, Dim{"1", 1, 1}, Dim{"1", 1, 1}, ElemType::fp32, external,
+                     std::move(note));
   }
 
-  // The scale tensor of an FP8 data tensor: one fp32 for per-tensor, one per
-  // block (fp32, or E8M0 for MX) laid out like the data.
-  int scale_tensor(const Tensor& data) {
-    if (data.scaling == Scaling::per_tensor) return -1;
+  // The layer's weight split dim (out for column, in for row).
+  std::string_view split_dim() const { return column_ ? "out" : "in"; }
+
+  // Where a block-scaled tensor's blocks restart. Its own shard needs none
+  // (its dims are local); a one-rank plan on an N-rank grid restarts them at
+  // the N-rank shard boundaries of the split dim where those cut blocks.
+  std::array<std::uint32_t, 2> grid_segments(const Tensor& t) const {
+    std::array<std::uint32_t, 2> s{1, 1};
+    if (G_ <= R_ || !t.block_scaled()) return s;
+    for (int d = 0; d < 2; ++d) {
+      const Dim& dim = t.dims[static_cast<std::size_t>(d)];
+      if (dim.name != split_dim() || dim.global % G_ != 0) continue;
+      const std::uint64_t block = d == t.inner_dim() ? inner_block(t.scaling)
+                                                     : outer_block(t.scaling);
+      if ((dim.global / G_) % block != 0) s[static_cast<std::size_t>(d)] = G_;
+    }
+    return s;
+  }
+
+  // The block-scale tensor of block-scaled FP8 data: one scale per block
+  // (fp32, or E8M0 for MX), laid out like the data. Blocks restart at each
+  // of block_segments[d] parts of dim d: segments * ceil(part / block).
+  int block_scale_tensor(const Tensor& data) {
     Tensor s;
     s.name = data.name + ".scale_inv";
+    s.quantity = data.quantity;
+    s.form = Form::block_scales;
     s.type = data.scaling == Scaling::mx_1x32 ? ElemType::e8m0 : ElemType::fp32;
     s.usage = data.usage;
     s.dims = data.dims;
-    const std::uint64_t inner_block = data.scaling == Scaling::mx_1x32 ? 32 : 128;
-    auto& inner = s.dims[static_cast<std::size_t>(data.inner_dim())];
-    // A sharded dim's blocks are each rank's own (a block never straddles
-    // two ranks): R * ceil(local / block) in all, which is more than
-    // ceil(global / block) when local is not a multiple of the block.
-    auto blocks = [](Dim& d, std::uint64_t block) {
-      const std::uint64_t ranks = d.global / d.local;
-      d.local = ceil_div(d.local, block);
-      d.global = d.local * ranks;
-    };
-    blocks(inner, inner_block);
-    if (data.scaling == Scaling::block_128x128)
-      blocks(s.dims[static_cast<std::size_t>(data.outer_dim())], 128);
+    s.segmented = data.segmented;
+    for (int d = 0; d < 2; ++d) {
+      const std::uint64_t block =
+          d == data.inner_dim() ? inner_block(data.scaling) : outer_block(data.scaling);
+      const std::uint64_t parts = data.block_segments[static_cast<std::size_t>(d)];
+      Dim& dim = s.dims[static_cast<std::size_t>(d)];
+      const std::uint64_t ranks = dim.global / dim.local;
+      dim.local = parts * ceil_div(dim.local / parts, block);
+      dim.global = dim.local * ranks;
+    }
     return add(std::move(s));
   }
 
-  int fp8_tensor(const std::string& base, const Tensor& like, Usage usage, ElemType type,
-                 Scaling scaling, int shared_scale) {
+  int fp8_tensor(Quantity q, const std::string& base, const Tensor& like, Usage usage,
+                 ElemType type, Scaling scaling, int shared_scale) {
     Tensor t;
-    t.name = base + (usage == Usage::rowwise ? ".fp8.row" : ".fp8.col");
+    t.name = name(base) + (usage == Usage::rowwise ? ".fp8.row" : ".fp8.col");
+    t.quantity = q;
+    t.form = Form::fp8;
     t.type = type;
     t.dims = like.dims;
     t.usage = usage;
     t.scaling = scaling;
+    t.block_segments = grid_segments(t);
     const int id = add(t);
-    at(id).scale = scaling == Scaling::per_tensor ? shared_scale : scale_tensor(at(id));
+    at(id).scale = scaling == Scaling::per_tensor ? shared_scale : block_scale_tensor(at(id));
     return id;
   }
 
-  struct Quantized {
-    int row = -1;
-    int col = -1;
-    int amax = -1;  // delayed: this step's amax, for the scale update
-  };
+  // The delayed-scaling entry of quantity `q`, made on first use with its
+  // scale tensor (state: read by every quantize of `q`).
+  DelayedTensor& delayed(Quantity q, ElemType format) {
+    for (auto& d : plan_.delayed)
+      if (d.quantity == q) return d;
+    DelayedTensor d;
+    d.quantity = q;
+    d.format = format;
+    d.scale = scalar(q, Form::scale, std::string(to_string(q)) + ".scale_inv", true,
+                     "delayed scale from the amax history");
+    plan_.delayed.push_back(d);
+    delayed_sharded_.push_back(false);
+    return plan_.delayed.back();
+  }
+  std::size_t delayed_index(Quantity q) const {
+    for (std::size_t i = 0; i < plan_.delayed.size(); ++i)
+      if (plan_.delayed[i].quantity == q) return i;
+    return 0;
+  }
 
-  // Quantizes high-precision `src` into the usages in `needs`. Per-tensor
-  // scales get the MAX over the group first whenever `src` is sharded, so the
-  // scale equals the one-rank run's.
-  Quantized quantize(std::vector<Step>& pass, int src, const std::string& base, ElemType type,
-                     bool weight, Needs needs, int aux = -1, bool dbias_out = false,
-                     int* dbias = nullptr, bool record_amax = true, int reuse_amax = -1) {
-    Quantized q;
+  // Quantizes high-precision `src` (holding `q`) into the usages in `u`.
+  Quantized quantize(std::vector<Step>& pass, int src, Quantity q, ElemType type, bool weight,
+                     Usages u, QuantizeExtras extra = {}) {
+    Quantized r;
     const Scaling scaling = scaling_for(kind_, weight);
-    Step s;
-    s.kind = StepKind::quantize;
-    s.inputs = {src};
-    s.rowwise = needs.row;
-    s.columnwise = needs.col;
+    const std::string base(to_string(q));
+    QuantizeStep s;
+    s.src = src;
     s.stats = layer_.debug.stats;
-    s.fused_dact = aux >= 0;
-    if (aux >= 0) s.inputs.push_back(aux);
-    int shared_scale = -1;
+    if (extra.pre_activation != kNoTensor) {
+      s.pre_activation = extra.pre_activation;
+      s.dact = act_;
+    }
+    s.pow2_scale = layer_.recipe.scale == ScaleForm::pow2 && kind_ != RecipeKind::mxfp8 &&
+                   kind_ != RecipeKind::delayed;
     const bool sharded = at(src).sharded() && R_ > 1;
-    if (kind_ == RecipeKind::current && reuse_amax >= 0) {
-      s.inputs.push_back(reuse_amax);
-      shared_scale = scalar(base.substr(layer_.name.size() + 1) + ".scale_inv", false);
-    } else if (kind_ == RecipeKind::current) {
-      Step a;
-      a.kind = StepKind::amax;
-      a.inputs = s.inputs;
-      a.fused_dact = aux >= 0;
-      int amax = scalar(base.substr(layer_.name.size() + 1) + ".amax", false);
-      a.outputs = {amax};
-      pass.push_back(a);
-      if (sharded) amax = amax_all_reduce(pass, amax);
-      s.inputs.push_back(amax);
-      if (src == x_) x_amax_ = amax;
-      shared_scale = scalar(base.substr(layer_.name.size() + 1) + ".scale_inv", false);
+    int shared_scale = kNoTensor;
+    if (kind_ == RecipeKind::current) {
+      int amax = extra.reuse_amax;
+      if (amax == kNoTensor) {
+        AmaxStep a;
+        a.src = src;
+        a.pre_activation = s.pre_activation;
+        a.dact = s.dact;
+        a.amax = scalar(q, Form::amax, base + ".amax");
+        pass.push_back({a});
+        amax = a.amax;
+        if (sharded) amax = amax_all_reduce(pass, amax);
+      }
+      s.amax_in = amax;
+      last_amax_ = amax;
+      shared_scale = scalar(q, Form::scale, base + ".scale_inv");
+      s.scale_out = shared_scale;
     } else if (kind_ == RecipeKind::delayed) {
-      shared_scale = scalar(base.substr(layer_.name.size() + 1) + ".scale_inv", true,
-                            "delayed scale from the amax history");
-      s.inputs.push_back(shared_scale);
-      s.fused_amax = record_amax;
+      DelayedTensor& d = delayed(q, type);
+      shared_scale = d.scale;
+      s.scale = d.scale;
+      if (d.amax == kNoTensor) {  // the first quantize of `q` records its amax
+        d.amax = scalar(q, Form::amax, base + ".amax");
+        s.amax = d.amax;
+        delayed_sharded_[delayed_index(q)] = sharded;
+      }
     }
-    if (needs.row) q.row = fp8_tensor(base, at(src), Usage::rowwise, type, scaling, shared_scale);
-    if (needs.col)
-      q.col = fp8_tensor(base, at(src), Usage::columnwise, type, scaling, shared_scale);
-    for (int id : {q.row, q.col}) {
-      if (id < 0) continue;
-      s.outputs.push_back(id);
-      if (at(id).scale >= 0 && at(id).scaling != Scaling::per_tensor)
-        s.outputs.push_back(at(id).scale);
+    if (u.row)
+      r.row = fp8_tensor(q, base, at(src), Usage::rowwise, type, scaling, shared_scale);
+    if (u.col)
+      r.col = fp8_tensor(q, base, at(src), Usage::columnwise, type, scaling, shared_scale);
+    s.rowwise = r.row;
+    s.columnwise = r.col;
+    if (scaling != Scaling::per_tensor) {
+      if (r.row != kNoTensor) s.rowwise_scales = at(r.row).scale;
+      if (r.col != kNoTensor) s.columnwise_scales = at(r.col).scale;
     }
-    if (kind_ == RecipeKind::current) s.outputs.push_back(shared_scale);
-    if (s.fused_amax) {
-      q.amax = scalar(base.substr(layer_.name.size() + 1) + ".amax", false);
-      s.outputs.push_back(q.amax);
-      delayed_amaxes_.push_back({q.amax, sharded});
+    if (extra.dbias) {
+      dbias_ = hp_tensor(Quantity::db, Form::value, "db", out_, Dim{"1", 1, 1}, hp_);
+      s.dbias = dbias_;
     }
-    if (dbias_out) {
-      s.fused_dbias = true;
-      *dbias = hp_tensor("db", out_, Dim{"1", 1, 1}, hp_, false);
-      s.outputs.push_back(*dbias);
-    }
-    pass.push_back(s);
-    return q;
+    pass.push_back({s});
+    return r;
   }
 
   // Partial sums over the group (a row layer's Y, a column layer's dX),
   // summed in high precision: reduce-scattered along tokens under sequence
   // parallelism, else all-reduced.
   void reduce_partials(std::vector<Step>& pass, int partial, int out) {
-    Step red;
-    red.kind = sp_ ? StepKind::reduce_scatter : StepKind::all_reduce;
-    red.dim = 0;
-    red.inputs = {partial};
-    red.outputs = {out};
-    red.bytes_per_rank =
-        sp_ ? all_gather_bytes(at(partial).bytes(), R_) : all_reduce_bytes(at(partial).bytes(), R_);
-    pass.push_back(red);
+    if (sp_) {
+      ReduceScatterStep r;
+      r.dim = 0;
+      r.in = partial;
+      r.out = out;
+      r.bytes_per_rank = all_gather_bytes(at(partial).bytes(), R_);
+      pass.push_back({r});
+    } else {
+      AllReduceStep r;
+      r.in = partial;
+      r.out = out;
+      r.bytes_per_rank = all_reduce_bytes(at(partial).bytes(), R_);
+      pass.push_back({r});
+    }
   }
 
   int amax_all_reduce(std::vector<Step>& pass, int amax) {
-    Step r;
-    r.kind = StepKind::amax_all_reduce;
-    r.inputs = {amax};
+    AmaxAllReduceStep r;
+    r.in = amax;
     Tensor t = at(amax);
     t.name += ".reduced";
+    t.form = Form::amax_reduced;
     t.external = false;
     t.note.clear();
-    const int out = add(std::move(t));
-    r.outputs = {out};
+    r.out = add(std::move(t));
     r.bytes_per_rank = all_reduce_bytes(4ull * R_, R_) / R_;  // one fp32, ring: 2(R-1)/R * 4
-    pass.push_back(r);
-    return out;
+    pass.push_back({r});
+    return r.out;
   }
 
   // Gathers `src` (sharded along tokens) over the group. Returns the gathered
@@ -283,58 +340,51 @@ class LayerPlanner {
   int all_gather(std::vector<Step>& pass, int src) {
     const Tensor in = at(src);
     const int d = in.dims[0].sharded() ? 0 : 1;
+    const auto du = static_cast<std::size_t>(d);
     Tensor t = in;
     t.name = in.name + ".gathered";
     t.external = false;
     t.note.clear();
-    t.dims[static_cast<std::size_t>(d)].local = t.dims[static_cast<std::size_t>(d)].global;
+    t.dims[du].local = t.dims[du].global;
     if (d != in.outer_dim()) t.segmented = d;
-    Step g;
-    g.kind = StepKind::all_gather;
+    // Each rank's blocks, as it quantized them (a block never straddles two
+    // ranks' segments).
+    const std::uint64_t block = d == in.inner_dim() ? inner_block(in.scaling)
+                                                    : outer_block(in.scaling);
+    if (in.block_scaled() && block > 1) t.block_segments[du] = R_;
+    AllGatherStep g;
     g.dim = d;
-    g.inputs = {src};
-    const int out = add(t);
-    g.outputs = {out};
-    std::uint64_t total = at(out).bytes();
-    if (in.scale >= 0 && in.scaling != Scaling::per_tensor) {
+    g.in = src;
+    g.out = add(t);
+    std::uint64_t total = at(g.out).bytes();
+    if (in.block_scaled()) {
       Tensor st = at(in.scale);
-      st.name = at(in.scale).name + ".gathered";
-      // Each rank's blocks are gathered as they are: R times the local block
-      // count (a block never straddles two ranks' segments).
-      auto& sd = st.dims[static_cast<std::size_t>(d)];
+      st.name += ".gathered";
+      auto& sd = st.dims[du];
       sd.local = sd.global = sd.local * R_;
       if (d != st.outer_dim()) st.segmented = d;
-      g.inputs.push_back(in.scale);
-      const int sid = add(st);
-      g.outputs.push_back(sid);
-      at(out).scale = sid;
-      total += at(sid).bytes();
+      g.scales_in = in.scale;
+      g.scales_out = add(st);
+      at(g.out).scale = g.scales_out;
+      total += at(g.scales_out).bytes();
     }
     g.bytes_per_rank = all_gather_bytes(total, R_);
-    const std::uint64_t block = in.scaling == Scaling::mx_1x32 ? 32 : 128;
-    if (in.scaling != Scaling::none && in.scaling != Scaling::per_tensor &&
-        in.dims[static_cast<std::size_t>(d)].local % block != 0)
-      plan_.notes.push_back(
-          in.name + ": " + std::to_string(in.dims[static_cast<std::size_t>(d)].local) + " " +
-          in.dims[static_cast<std::size_t>(d)].name + " per rank is not a multiple of the " +
-          std::to_string(block) + "-element scaling block: blocks differ from the 1-rank run");
-    pass.push_back(g);
-    return out;
+    pass.push_back({g});
+    return g.out;
   }
 
-  int transpose(std::vector<Step>& pass, int row) {
+  // `gathered`: the rowwise input is a gather's output (named so).
+  int transpose(std::vector<Step>& pass, int row, bool gathered) {
     Tensor t = at(row);
-    t.name.replace(t.name.find(".fp8.row"), 8, ".fp8.col");
+    t.name = name(std::string(to_string(t.quantity))) + ".fp8.col" + (gathered ? ".gathered" : "");
     t.usage = Usage::columnwise;
     t.external = false;
     t.note.clear();
-    Step s;
-    s.kind = StepKind::transpose;
-    s.inputs = {row};
-    const int out = add(std::move(t));
-    s.outputs = {out};
-    pass.push_back(s);
-    return out;
+    TransposeStep s;
+    s.in = row;
+    s.out = add(std::move(t));
+    pass.push_back({s});
+    return s.out;
   }
 
   // A segmented gather output made usable as a GEMM's K operand: left as it
@@ -350,344 +400,436 @@ class LayerPlanner {
     Tensor p = at(t);
     p.name += ".permuted";
     p.segmented.reset();
-    Step s;
-    s.kind = StepKind::permute;
+    PermuteStep s;
     s.dim = *at(t).segmented;
-    s.inputs = {t};
-    const int out = add(std::move(p));
-    s.outputs = {out};
-    if (at(t).scale >= 0 && at(at(t).scale).segmented) {
+    s.in = t;
+    s.out = add(std::move(p));
+    if (at(t).scale != kNoTensor && at(at(t).scale).segmented) {
       Tensor ps = at(at(t).scale);
       ps.name += ".permuted";
       ps.segmented.reset();
-      s.inputs.push_back(at(t).scale);
-      const int sid = add(std::move(ps));
-      s.outputs.push_back(sid);
-      at(out).scale = sid;
+      s.scales_in = at(t).scale;
+      s.scales_out = add(std::move(ps));
+      at(s.out).scale = s.scales_out;
     }
-    pass.push_back(s);
-    return out;
+    pass.push_back({s});
+    return s.out;
   }
 
-  // High-precision copy of an FP8 operand for a debug fallback GEMM.
-  int dequantize(std::vector<Step>& pass, int q) {
-    Tensor t = at(q);
-    std::string n = t.name;
-    const auto pos = n.find(".fp8.");
-    t.name = n.substr(0, pos) + ".hp" + n.substr(pos + 8);
-    t.type = hp_;
-    t.usage = Usage::rowwise;
-    t.scaling = Scaling::none;
-    t.scale = -1;
-    t.segmented.reset();
-    Step s;
-    s.kind = StepKind::dequantize;
-    s.inputs = {q};
-    if (at(q).scale >= 0) s.inputs.push_back(at(q).scale);
-    s.stats = layer_.debug.stats;
-    const int out = add(std::move(t));
-    s.outputs = {out};
-    pass.push_back(s);
-    return out;
+  // Whether quantizing usages `u` of a tensor sharded along tokens, then
+  // gathering them, would cut blocks along tokens (columnwise 1x128 and MX
+  // blocks run along tokens): then the high-precision tensor is gathered and
+  // quantized whole instead.
+  bool gather_cuts_blocks(Usages u) const {
+    if (!u.col || per_tensor(kind_) || !fp8_) return false;
+    const std::uint64_t block = inner_block(scaling_for(kind_, false));
+    return (T_ / R_) % block != 0;
+  }
+
+  void note_high_precision_gather(int src, const std::string& why) {
+    plan_.notes.push_back(at(src).name + " is gathered in " + std::string(to_string(at(src).type)) +
+                          " and quantized after the gather: " + why);
   }
 
   // --- forward -------------------------------------------------------------
 
   void forward() {
     auto& f = plan_.forward;
-    w_ = hp_tensor("w", out_, in_, hp_, true, "weight shard");
-    if (layer_.bias) b_ = hp_tensor("b", out_, Dim{"1", 1, 1}, hp_, true, "bias");
-    const bool x_gathered = column_ && sp_;
-    // What X is needed as: fprop (rowwise) now; wgrad (columnwise) saved.
-    Needs x_fwd;
-    x_fwd.row = gemm_fp8(GemmRole::fprop) || (fp8_ && x_gathered);
-    // save_input = fp8 keeps X's columnwise usage for wgrad (a debug
-    // fallback wgrad dequantizes it: high-precision X is not kept).
-    x_save_col_ = fp8_ && layer_.save_input == SaveInput::fp8;
-    Quantized xq;
+    const bool F = gemm_fp8(GemmRole::fprop), D = gemm_fp8(GemmRole::dgrad),
+               G = gemm_fp8(GemmRole::wgrad);
+    w_ = hp_tensor(Quantity::w, Form::value, "w", out_, in_, hp_, true, "weight shard");
+    plan_.io.w = w_;
+    if (layer_.bias) {
+      b_ = hp_tensor(Quantity::b, Form::value, "b", out_, Dim{"1", 1, 1}, hp_, true, "bias");
+      plan_.io.b = b_;
+    }
+    x_gathered_ = column_ && sp_;
+    // wgrad's columnwise X is made in forward when save_input = fp8.
+    const bool col_in_forward = G && layer_.save_input == SaveInput::fp8;
+    int fprop_x = kNoTensor;
     if (chained_in_) {
       Tensor t;
       t.name = name("x.fp8.row");
+      t.quantity = Quantity::x;
+      t.form = Form::fp8;
       t.type = fwd_;
       t.dims = {tokens_in_, in_};
       t.scaling = Scaling::per_tensor;
       t.external = true;
       t.note = "written by '" + layer_.input + "' GEMM with this layer's input scale";
-      xq.row = add(t);
-      at(xq.row).scale =
-          scalar("x.scale_inv", true, "delayed scale, handed to the producer's epilogue");
-      xq.amax = scalar("x.amax", true, "amax of the producer's GEMM output");
-      delayed_amaxes_.push_back({xq.amax, at(xq.row).sharded() && R_ > 1});
-      if (x_save_col_) {
-        // Per-tensor: the columnwise copy is the transpose of the chained data.
-        xq.col = transpose(f, xq.row);
-      }
-      x_ = -1;
+      const int xq = add(t);
+      DelayedTensor& d = delayed(Quantity::x, fwd_);
+      at(d.scale).note = "delayed scale, handed to the producer's epilogue";
+      at(xq).scale = d.scale;
+      d.amax = scalar(Quantity::x, Form::amax, "x.amax", true,
+                      "amax of the producer's GEMM output");
+      delayed_sharded_[delayed_index(Quantity::x)] = at(xq).sharded() && R_ > 1;
+      plan_.io.x_fp8 = xq;
+      plan_.io.x_amax = d.amax;
+      x_row_ = xq;
+      // Per-tensor: the columnwise copy is the transpose of the chained data.
+      if (G) x_col_ = transpose(f, xq, false);
+      fprop_x = x_gathered_ ? all_gather(f, xq) : xq;
     } else {
-      x_ = hp_tensor("x", tokens_in_, in_, hp_, true,
+      x_ = hp_tensor(Quantity::x, Form::value, "x", tokens_in_, in_, hp_, true,
                      layer_.input.empty() ? "layer input" : "output of '" + layer_.input + "'");
-      Needs n = x_fwd;
-      n.col = x_save_col_;
-      if (n.any()) xq = quantize(f, x_, name("x"), fwd_, false, n);
+      plan_.io.x = x_;
+      Usages local{F, col_in_forward};
+      int gathered_hp = kNoTensor;
+      if (x_gathered_) {
+        if (!F) gathered_hp = all_gather(f, x_);
+        if (!F && fp8_) {
+          plan_.notes.push_back("fprop runs in high precision (debug fallback): " +
+                                at(x_).name + " is gathered in " +
+                                std::string(to_string(hp_)));
+        }
+        if (gather_cuts_blocks(Usages{false, col_in_forward})) {
+          // The columnwise copy wgrad reads comes from the whole X.
+          if (gathered_hp == kNoTensor) gathered_hp = all_gather(f, x_);
+          note_high_precision_gather(
+              x_, std::to_string(T_ / R_) +
+                      " tokens per rank would cut the columnwise blocks (along tokens)");
+          local.col = false;
+          x_col_whole_ = true;
+        }
+      }
+      if (local.any()) {
+        const Quantized q = quantize(f, x_, Quantity::x, fwd_, false, local);
+        x_row_ = q.row;
+        x_col_ = q.col;
+        x_amax_ = last_amax_;
+      }
+      if (x_col_whole_) {
+        QuantizeExtras e;
+        if (kind_ == RecipeKind::current) e.reuse_amax = x_amax_;
+        x_col_ = quantize(f, gathered_hp, Quantity::x, fwd_, false, Usages{false, true}, e).col;
+      }
+      if (F)
+        fprop_x = x_gathered_ ? all_gather(f, x_row_) : x_row_;
+      else
+        fprop_x = x_gathered_ ? gathered_hp : x_;
     }
-    x_fp8_row_ = xq.row;
-    x_fp8_col_ = xq.col;
     // W: rowwise for fprop, columnwise for dgrad; weights are quantized once.
-    Needs wn;
-    wn.row = gemm_fp8(GemmRole::fprop);
-    wn.col = gemm_fp8(GemmRole::dgrad);
+    const Usages wn{F, D};
     if (wn.any()) {
-      auto wq = quantize(f, w_, name("w"), fwd_, true, wn);
+      const Quantized wq = quantize(f, w_, Quantity::w, fwd_, true, wn);
       w_row_ = wq.row;
       w_col_ = wq.col;
     }
-    // fprop operands
-    int xa = -1;
-    if (x_gathered) {
-      const int src = fp8_ ? xq.row : x_;
-      const int g = all_gather(f, src);
-      xa = fp8_ && !gemm_fp8(GemmRole::fprop) ? dequantize(f, g) : g;
-    } else {
-      xa = gemm_fp8(GemmRole::fprop) ? xq.row : x_;
-    }
-    const int wa = gemm_fp8(GemmRole::fprop) ? w_row_ : w_;
-    Step g;
-    g.kind = StepKind::gemm;
+    GemmStep g;
     g.role = GemmRole::fprop;
-    g.high_precision = !gemm_fp8(GemmRole::fprop);
-    g.inputs = {xa, wa};
-    const bool epilogue_in_gemm = column_ || R_ == 1;
-    if (epilogue_in_gemm) {
-      emit_output(g, tokens_all_);
-      f.push_back(g);
+    g.high_precision = !F;
+    g.a = fprop_x;
+    g.b = F ? w_row_ : w_;
+    if (column_ || R_ == 1) {
+      g.out = output(g.epilogue, tokens_all_);
+      f.push_back({g});
       return;
     }
-    const int partial = hp_tensor("y.partial", tokens_all_, out_, hp_, false);
-    g.outputs = {partial};
-    f.push_back(g);
-    const int reduced = hp_tensor("y.reduced", tokens_out_, out_, hp_, false);
+    const int partial = hp_tensor(Quantity::y, Form::partial, "y.partial", tokens_all_, out_, hp_);
+    g.out = partial;
+    f.push_back({g});
+    const int reduced = hp_tensor(Quantity::y, Form::value, "y.reduced", tokens_out_, out_, hp_);
     reduce_partials(f, partial, reduced);
-    if (layer_.bias || layer_.activation != Activation::none || chained_out_) {
-      Step e;
-      e.kind = StepKind::epilogue;
-      e.inputs = {reduced};
-      emit_output(e, tokens_out_);
-      f.push_back(e);
+    const bool convert = consumer_ == nullptr && layer_.output_dtype != layer_.dtype;
+    if (layer_.bias || act_ != Activation::none || consumer_ || convert) {
+      EpilogueStep e;
+      e.in = reduced;
+      e.out = output(e.epilogue, tokens_out_);
+      f.push_back({e});
     } else {
+      plan_.io.y = reduced;
       plan_.notes.push_back("output is " + at(reduced).name);
     }
   }
 
-  // The layer's final output written by a GEMM epilogue or an epilogue step:
-  // bias, activation (saving the pre-activation for dact), FP8 for a chained
-  // delayed-scaling consumer.
-  void emit_output(Step& s, const Dim& rows) {
-    if (layer_.bias) {
-      s.bias = true;
-      s.inputs.push_back(b_);
+  // The layer's final output, written by a GEMM epilogue or an epilogue
+  // step: bias, activation (saving the pre-activation for dact), FP8 for a
+  // chained delayed-scaling consumer. Returns the output tensor.
+  int output(OutputEpilogue& e, const Dim& rows) {
+    e.bias = b_;
+    e.activation = act_;
+    if (act_ != Activation::none) {
+      z_ = hp_tensor(Quantity::z, Form::value, "z", rows, out_, hp_);  // saved for dact
+      e.pre_activation = z_;
+      plan_.io.z = z_;
     }
-    s.activation = layer_.activation;
-    if (layer_.activation != Activation::none) {
-      z_ = hp_tensor("z", rows, out_, hp_, false);  // saved for dact
-    }
-    if (chained_out_) {
-      const int cs = scalar("y.scale_inv", true, "input scale of '" + consumer_->name + "'");
-      s.inputs.push_back(cs);
+    if (consumer_) {
+      e.out_scale = scalar(Quantity::y, Form::scale, "y.scale_inv", true,
+                           "input scale of '" + consumer_->name + "'");
       Tensor y;
       y.name = name("y.fp8.row");
-      y.type = to_elem(consumer_->recipe.forward);
+      y.quantity = Quantity::y;
+      y.form = Form::fp8;
+      y.type = elem_type(consumer_->recipe.forward);
       y.dims = {rows, out_};
       y.scaling = Scaling::per_tensor;
-      y.scale = cs;
-      s.outputs.push_back(add(y));
-      s.outputs.push_back(scalar("y.amax", false));
-      s.fused_amax = true;
-    } else {
-      s.outputs.push_back(hp_tensor("y", rows, out_, to_elem(layer_.output_dtype), false));
+      y.scale = e.out_scale;
+      const int out = add(y);
+      e.out_amax = scalar(Quantity::y, Form::amax, "y.amax");
+      plan_.io.y_fp8 = out;
+      plan_.io.y_scale = e.out_scale;
+      plan_.io.y_amax = e.out_amax;
+      return out;
     }
-    if (z_ >= 0) s.outputs.push_back(z_);
+    const int y = hp_tensor(Quantity::y, Form::value, "y", rows, out_,
+                            elem_type(layer_.output_dtype));
+    plan_.io.y = y;
+    return y;
+  }
+
+  // Notes the block-scaled tensors whose blocks a shard boundary cuts (the
+  // weight's split dim of a sharded tensor is not a whole number of blocks).
+  void note_cut_blocks() {
+    for (const Tensor& t : plan_.tensors) {
+      if (!t.block_scaled() || noted_cut_.count(t.id)) continue;
+      for (int d = 0; d < 2; ++d) {
+        const Dim& dim = t.dims[static_cast<std::size_t>(d)];
+        const std::uint32_t ranks = std::max(R_, G_);
+        if (dim.name != split_dim() || ranks <= 1 || dim.global % ranks != 0) continue;
+        const std::uint64_t block =
+            d == t.inner_dim() ? inner_block(t.scaling) : outer_block(t.scaling);
+        const std::uint64_t part = dim.global / ranks;
+        if (part % block == 0) continue;
+        noted_cut_.insert(t.id);
+        plan_.notes.push_back(
+            t.name + ": its " + std::string(to_string(t.scaling)) + " blocks along '" + dim.name +
+            "' are cut at each rank's " + std::to_string(part) + " (not a multiple of " +
+            std::to_string(block) + "): " +
+            (R_ > 1 ? "they differ from a one-rank run's blocks"
+                    : "laid out on the " + std::to_string(G_) + "-rank grid"));
+      }
+    }
   }
 
   // --- backward ------------------------------------------------------------
 
   void backward() {
     auto& b = plan_.backward;
-    const bool act = layer_.activation != Activation::none;
-    const std::string gname = act ? "dz" : "dy";
-    dy_ = hp_tensor("dy", tokens_out_, out_, hp_, true, "gradient of the output");
-    const bool dy_gathered = !column_ && sp_;
-    // dY: rowwise for dgrad, columnwise for wgrad. When dY must be gathered
-    // a fallback GEMM dequantizes the gathered FP8 copy, so the usages stay.
-    Needs dn;
-    dn.row = gemm_fp8(GemmRole::dgrad) || (fp8_ && dy_gathered);
-    dn.col = gemm_fp8(GemmRole::wgrad) || (fp8_ && dy_gathered);
-    int db = -1;
-    int dy_row = -1, dy_col = -1;
-    const bool dbias_local = layer_.bias;
-    if (dn.any()) {
-      Needs local = dn;
-      if (dy_gathered && per_tensor(kind_)) local = Needs{true, false};  // transpose after gather
-      if (!dy_gathered && !gemm_fp8(GemmRole::dgrad)) local.row = false;
-      if (!dy_gathered && !gemm_fp8(GemmRole::wgrad)) local.col = false;
-      auto q = quantize(b, dy_, name(gname), bwd_, false, local, act ? z_ : -1, dbias_local, &db);
+    const bool D = gemm_fp8(GemmRole::dgrad), G = gemm_fp8(GemmRole::wgrad);
+    const bool act = act_ != Activation::none;
+    const Quantity gq = act ? Quantity::dz : Quantity::dy;
+    dy_ = hp_tensor(Quantity::dy, Form::value, "dy", tokens_out_, out_, hp_, true,
+                    "gradient of the output");
+    plan_.io.dy = dy_;
+    const bool gathered = !column_ && sp_;
+    const Usages fp8_uses{D, G};
+    const bool hp_needed = !D || !G;
+    // Block usages whose blocks the token gather would cut: gather dz in
+    // high precision and quantize after the gather.
+    const bool gather_hp_for_fp8 = gathered && fp8_uses.any() && gather_cuts_blocks(fp8_uses);
+    Usages local = fp8_uses;
+    if (gathered && per_tensor(kind_) && fp8_uses.any()) local = Usages{true, false};
+    if (gather_hp_for_fp8) local = Usages{};
+    int dy_row = kNoTensor, dy_col = kNoTensor;
+    if (local.any()) {
+      QuantizeExtras e;
+      if (act) e.pre_activation = z_;
+      e.dbias = layer_.bias;
+      const Quantized q = quantize(b, dy_, gq, bwd_, false, local, e);
       dy_row = q.row;
       dy_col = q.col;
     }
-    int dy_hp = dy_;
-    if ((act || layer_.bias) && (!dn.any())) {
-      // No FP8 copy: dact and dbias in one high-precision pass.
-      Step e;
-      e.kind = StepKind::epilogue;
-      e.inputs = {dy_};
-      if (act) e.inputs.push_back(z_);
-      e.fused_dact = act;
-      e.fused_dbias = layer_.bias;
-      dy_hp = hp_tensor(gname, tokens_out_, out_, hp_, false);
-      e.outputs = {dy_hp};
-      if (layer_.bias) {
-        db = hp_tensor("db", out_, Dim{"1", 1, 1}, hp_, false);
-        e.outputs.push_back(db);
-      }
-      b.push_back(e);
-    } else if (act && dn.any() && !(gemm_fp8(GemmRole::dgrad) && gemm_fp8(GemmRole::wgrad)) &&
-               !dy_gathered) {
-      // A fallback GEMM needs dact applied in high precision as well.
-      Step e;
-      e.kind = StepKind::epilogue;
-      e.inputs = {dy_, z_};
-      e.fused_dact = true;
-      dy_hp = hp_tensor(gname, tokens_out_, out_, hp_, false);
-      e.outputs = {dy_hp};
-      b.push_back(e);
-    }
-    if (db >= 0 && dy_gathered) {
-      // The local tokens give a partial bias gradient: sum it over the group.
-      Step r;
-      r.kind = StepKind::all_reduce;  // a sum of partials, no dim split
-      r.inputs = {db};
-      const int out = hp_tensor("db.reduced", out_, Dim{"1", 1, 1}, hp_, false);
-      r.outputs = {out};
-      r.bytes_per_rank = all_reduce_bytes(at(db).bytes(), R_);
-      b.push_back(r);
-    }
-    if (dy_gathered) {
-      if (fp8_) {
-        if (dy_row >= 0) dy_row = all_gather(b, dy_row);
-        if (per_tensor(kind_))
-          dy_col = transpose(b, dy_row);
-        else if (dy_col >= 0)
-          dy_col = all_gather(b, dy_col);
+    // High-precision dz, for fallback GEMMs or a quantize after the gather;
+    // dbias from it where no quantize fused it.
+    int dz = kNoTensor;
+    if (hp_needed || gather_hp_for_fp8 || (!local.any() && layer_.bias)) {
+      const bool dbias_here = layer_.bias && dbias_ == kNoTensor;
+      if (act || dbias_here) {
+        GradEpilogueStep e;
+        e.dy = dy_;
+        if (act) {
+          e.pre_activation = z_;
+          e.dact = act_;
+        }
+        // The epilogue kernel always stores its v (dy itself without an
+        // activation): the high-precision dz downstream steps read. Gathered
+        // to be quantized after the gather, dz stays fp32, as a quantize that
+        // fuses dact reads it, so the blocks hold the one-rank run's values.
+        const ElemType dz_type = act && gather_hp_for_fp8 ? ElemType::fp32 : hp_;
+        e.out = hp_tensor(gq, Form::value, std::string(to_string(gq)), tokens_out_, out_, dz_type);
+        if (dbias_here) {
+          dbias_ = hp_tensor(Quantity::db, Form::value, "db", out_, Dim{"1", 1, 1}, hp_);
+          e.dbias = dbias_;
+        }
+        b.push_back({e});
+        dz = e.out;
       } else {
-        dy_hp = all_gather(b, dy_hp);
+        dz = dy_;
+      }
+    }
+    plan_.io.db = dbias_;
+    if (dbias_ != kNoTensor && gathered) {
+      // The local tokens give a partial bias gradient: sum it over the group.
+      at(dbias_).form = Form::partial;
+      AllReduceStep r;
+      r.in = dbias_;
+      r.out = hp_tensor(Quantity::db, Form::value, "db.reduced", out_, Dim{"1", 1, 1}, hp_);
+      r.bytes_per_rank = all_reduce_bytes(at(dbias_).bytes(), R_);
+      b.push_back({r});
+      plan_.io.db = r.out;
+    }
+    int dz_hp = dz;
+    if (gathered) {
+      if (dz != kNoTensor && (hp_needed || gather_hp_for_fp8)) {
+        dz_hp = all_gather(b, dz);
+        if (gather_hp_for_fp8)
+          note_high_precision_gather(
+              dz, std::to_string(T_ / R_) +
+                      " tokens per rank would cut the columnwise blocks (along tokens)");
+      }
+      if (gather_hp_for_fp8) {
+        const Quantized q = quantize(b, dz_hp, gq, bwd_, false, fp8_uses);
+        dy_row = q.row;
+        dy_col = q.col;
+        if (hp_needed && at(dz_hp).type != hp_) {
+          // Fallback GEMMs read dz in the layer dtype, as at one rank.
+          EpilogueStep e;
+          e.in = dz_hp;
+          e.out = hp_tensor(gq, Form::value, std::string(to_string(gq)), tokens_all_, out_, hp_);
+          b.push_back({e});
+          dz_hp = e.out;
+        }
+      } else {
+        if (dy_row != kNoTensor) dy_row = all_gather(b, dy_row);
+        if (per_tensor(kind_) && G)
+          dy_col = transpose(b, dy_row, true);
+        else if (dy_col != kNoTensor)
+          dy_col = all_gather(b, dy_col);
       }
     }
     // dgrad: dX = dY W
     {
-      Step g;
-      g.kind = StepKind::gemm;
+      GemmStep g;
       g.role = GemmRole::dgrad;
-      g.high_precision = !gemm_fp8(GemmRole::dgrad);
-      int a = dy_hp;
-      if (gemm_fp8(GemmRole::dgrad))
-        a = dy_row;
-      else if (fp8_ && dy_gathered)
-        a = dequantize(b, dy_row);
-      g.inputs = {a, gemm_fp8(GemmRole::dgrad) ? w_col_ : w_};
+      g.high_precision = !D;
+      g.a = D ? dy_row : dz_hp;
+      g.b = D ? w_col_ : w_;
       if (column_ && R_ > 1) {
-        const int partial =
-            hp_tensor("dx.partial", tokens_all_, Dim{"in", layer_.in, layer_.in}, hp_, false);
-        g.outputs = {partial};
-        b.push_back(g);
-        reduce_partials(b, partial, hp_tensor("dx", tokens_in_, in_, hp_, false));
+        const int partial = hp_tensor(Quantity::dx, Form::partial, "dx.partial", tokens_all_,
+                                      Dim{"in", layer_.in, layer_.in}, hp_);
+        g.out = partial;
+        b.push_back({g});
+        plan_.io.dx = hp_tensor(Quantity::dx, Form::value, "dx", tokens_in_, in_, hp_);
+        reduce_partials(b, partial, plan_.io.dx);
       } else {
-        g.outputs = {hp_tensor("dx", column_ ? tokens_in_ : tokens_all_, in_, hp_, false)};
-        b.push_back(g);
+        g.out = hp_tensor(Quantity::dx, Form::value, "dx", column_ ? tokens_in_ : tokens_all_, in_,
+                          hp_);
+        plan_.io.dx = g.out;
+        b.push_back({g});
       }
     }
     // wgrad: dW = dY^T X, K = tokens.
     {
-      Step g;
-      g.kind = StepKind::gemm;
+      GemmStep g;
       g.role = GemmRole::wgrad;
-      g.high_precision = !gemm_fp8(GemmRole::wgrad);
-      int a = dy_hp;
-      if (gemm_fp8(GemmRole::wgrad))
-        a = k_operand(b, dy_col, g.segmented_k);
-      else if (fp8_ && dy_gathered)
-        a = dequantize(b, dy_col);
-      const int xo = wgrad_x(b, g.segmented_k);
-      g.inputs = {a, xo};
-      g.outputs = {hp_tensor("dw", out_, in_, ElemType::fp32, false)};
-      b.push_back(g);
+      g.high_precision = !G;
+      g.a = G ? k_operand(b, dy_col, g.segmented_k) : dz_hp;
+      g.b = wgrad_x(b, g.segmented_k);
+      g.out = hp_tensor(Quantity::dw, Form::value, "dw", out_, in_, ElemType::fp32);
+      plan_.io.dw = g.out;
+      b.push_back({g});
     }
   }
 
   // X as wgrad reads it.
   int wgrad_x(std::vector<Step>& b, bool& segmented_k) {
-    const bool x_gathered = column_ && sp_;
-    const bool fp8_wgrad = gemm_fp8(GemmRole::wgrad);
-    if (!fp8_) return x_gathered ? all_gather(b, x_) : x_;
-    int col = -1;
-    if (layer_.save_input == SaveInput::fp8 || chained_in_) {
-      col = x_fp8_col_;
-    } else {
+    if (!gemm_fp8(GemmRole::wgrad)) {
+      // High precision, gathered again in backward (forward's copy is not
+      // kept) where X is sharded along tokens.
+      return x_gathered_ ? all_gather(b, x_) : x_;
+    }
+    int col = x_col_;
+    if (col == kNoTensor) {
       // save_input = original: quantize only the columnwise usage, from the
-      // saved high-precision X (the TE debug-quantizer report's case).
-      if (!fp8_wgrad && !x_gathered) return x_;
-      // The scale is the forward's (same amax, already reduced), so the
-      // columnwise copy matches the rowwise one and no new collective runs.
-      const bool forward_quantized = x_fp8_row_ >= 0;
-      auto q = quantize(b, x_, name("x"), fwd_, false, Needs{false, true}, -1, false, nullptr,
-                        /*record_amax=*/!forward_quantized, forward_quantized ? x_amax_ : -1);
-      col = q.col;
+      // saved high-precision X (the TE debug-quantizer report's case). The
+      // scale is the forward's (same amax, already reduced) where forward
+      // quantized X, so no new collective runs.
+      QuantizeExtras e;
+      if (kind_ == RecipeKind::current) e.reuse_amax = x_amax_;
+      int src = x_;
+      if (x_gathered_ && gather_cuts_blocks(Usages{false, true})) {
+        src = all_gather(b, x_);
+        note_high_precision_gather(
+            x_, std::to_string(T_ / R_) +
+                    " tokens per rank would cut the columnwise blocks (along tokens)");
+        x_col_whole_ = true;
+      }
+      col = quantize(b, src, Quantity::x, fwd_, false, Usages{false, true}, e).col;
     }
-    if (x_gathered) col = all_gather(b, col);
-    if (fp8_wgrad) {
-      bool seg = false;
-      const int k = k_operand(b, col, seg);
-      // Both operands of a segmented-K GEMM must agree; dY is contiguous here
-      // unless it came from a gather too.
-      segmented_k = segmented_k || seg;
-      return k;
-    }
-    return dequantize(b, col);
+    if (x_gathered_ && !x_col_whole_) col = all_gather(b, col);
+    bool seg = false;
+    const int k = k_operand(b, col, seg);
+    // Both operands of a segmented-K GEMM must agree; dY is contiguous here
+    // unless it came from a gather too.
+    segmented_k = segmented_k || seg;
+    return k;
   }
 
   // --- update (delayed only) ---------------------------------------------
 
   void update() {
     if (kind_ != RecipeKind::delayed) return;
-    auto& u = plan_.update;
-    Step s;
-    s.kind = StepKind::scale_update;
-    for (auto [amax, sharded] : delayed_amaxes_) {
-      int a = amax;
-      if (sharded) a = amax_all_reduce(u, amax);
-      s.inputs.push_back(a);
-      std::string n = at(amax).name.substr(layer_.name.size() + 1);
-      n = n.substr(0, n.size() - 5) + ".scale_inv.next";
-      s.outputs.push_back(scalar(n, false));
+    ScaleUpdateStep s;
+    for (std::size_t i = 0; i < plan_.delayed.size(); ++i) {
+      DelayedTensor& d = plan_.delayed[i];
+      if (d.amax == kNoTensor) continue;
+      d.amax_reduced = delayed_sharded_[i] ? amax_all_reduce(plan_.update, d.amax) : d.amax;
+      d.next_scale = scalar(d.quantity, Form::next_scale,
+                            std::string(to_string(d.quantity)) + ".scale_inv.next");
+      s.entries.push_back({static_cast<int>(i), d.amax_reduced, d.next_scale});
     }
-    if (!s.inputs.empty()) u.push_back(s);
+    if (!s.entries.empty()) plan_.update.push_back({s});
   }
 
-  const Spec& spec_;
+  // Every FP8 GEMM's extents meet what `fp8c check` enforces at the spec's
+  // size: K, and every feature dim of its operands, a multiple of 16 (32 for
+  // MXFP8, whose blocks run along K).
+  void check_gemm_sizes() const {
+    const std::uint64_t align = kind_ == RecipeKind::mxfp8 ? 32 : 16;
+    for (const auto* pass : {&plan_.forward, &plan_.backward})
+      for (const Step& step : *pass) {
+        const GemmStep* g = step.as<GemmStep>();
+        if (!g || g->high_precision) continue;
+        for (int id : {g->a, g->b}) {
+          const Tensor& t = plan_.tensor(id);
+          const Dim& inner = t.dims[static_cast<std::size_t>(t.inner_dim())];
+          for (const Dim& d : t.dims) {
+            const bool k = &d == &inner;
+            if ((d.name == "tokens" && !k) || d.local % align == 0) continue;
+            throw PlanError("layer '" + layer_.name + "': the FP8 " +
+                            std::string(to_string(g->role)) + " GEMM " +
+                            (k ? "contracts over " : "has ") + d.name + " = " +
+                            std::to_string(d.local) + (d.sharded() ? " per rank" : "") +
+                            ", which is not a multiple of " + std::to_string(align) +
+                            " as FP8 GEMMs need (" + std::to_string(R_) + " rank" +
+                            (R_ == 1 ? "" : "s") + ", " + std::to_string(T_) + " tokens)");
+          }
+        }
+      }
+  }
+
   const Layer& layer_;
   LayerPlan plan_;
-  std::uint32_t R_;
+  std::uint32_t R_, G_;
   std::uint64_t T_;
   RecipeKind kind_;
   bool fp8_, sp_, column_;
+  Activation act_;
   ElemType hp_, fwd_, bwd_;
   bool fallback_[3] = {false, false, false};
   Dim tokens_in_, tokens_out_, tokens_all_, in_, out_;
-  bool chained_in_ = false, chained_out_ = false;
+  bool chained_in_ = false;
   const Layer* consumer_ = nullptr;
-  bool x_save_col_ = false;
-  int x_ = -1, w_ = -1, b_ = -1, z_ = -1, dy_ = -1;
-  int x_amax_ = -1;  // current: the (reduced) amax forward quantized X with
-  int x_fp8_row_ = -1, x_fp8_col_ = -1, w_row_ = -1, w_col_ = -1;
-  std::vector<std::pair<int, bool>> delayed_amaxes_;
+  bool x_gathered_ = false;
+  bool x_col_whole_ = false;  // X's columnwise copy was quantized from the gathered X
+  int x_ = kNoTensor, w_ = kNoTensor, b_ = kNoTensor, z_ = kNoTensor, dy_ = kNoTensor;
+  int dbias_ = kNoTensor;
+  int last_amax_ = kNoTensor;  // current: the amax the last quantize used
+  int x_amax_ = kNoTensor;     // current: the (reduced) amax forward quantized X with
+  int x_row_ = kNoTensor, x_col_ = kNoTensor, w_row_ = kNoTensor, w_col_ = kNoTensor;
+  std::vector<bool> delayed_sharded_;  // per delayed entry: its amax is a shard's
+  std::set<int> noted_cut_;
 };
 
 std::uint32_t layer_ranks(const Layer& layer, const PlanOptions& options) {
@@ -710,13 +852,23 @@ std::uint32_t layer_ranks(const Layer& layer, const PlanOptions& options) {
 
 Plan plan_spec(const Spec& spec, const PlanOptions& options) {
   if (options.tokens == 0) throw PlanError("--tokens must be at least 1");
+  if (options.block_grid_ranks && options.ranks.value_or(0) != 1)
+    throw PlanError("a plan on another block grid is a one-rank plan (ranks = 1)");
   Plan plan;
   plan.tokens = options.tokens;
   plan.ranks = options.ranks.value_or(1);
+  // Sizes that do not divide, for every layer, before any other rule.
+  for (const auto& layer : spec.layers) layer_ranks(layer, options);
   for (const auto& layer : spec.layers) {
     const std::uint32_t r = layer_ranks(layer, options);
+    std::uint32_t grid = r;
+    if (options.block_grid_ranks) {
+      PlanOptions at_grid = options;
+      at_grid.ranks = options.block_grid_ranks;
+      grid = layer_ranks(layer, at_grid);
+    }
     plan.ranks = std::max(plan.ranks, r);
-    plan.layers.push_back(LayerPlanner(spec, layer, r, options.tokens).run());
+    plan.layers.push_back(LayerPlanner(spec, layer, r, options.tokens, grid).run());
   }
   if (auto errors = check_plan(plan); !errors.empty()) {
     std::string message = "internal error: the planner produced an invalid plan:";

@@ -18,9 +18,8 @@ namespace {
 
 namespace coll = fp8c::collectives;
 
-ElemType elem_of(DType d) {
-  return d == DType::bf16 ? ElemType::bf16 : d == DType::fp16 ? ElemType::fp16 : ElemType::fp32;
-}
+const std::vector<Replacement> kNoReplacements;
+const ChainReplacements kNoChainReplacements;
 
 coll::DType coll_dtype(ElemType t) {
   switch (t) {
@@ -35,10 +34,12 @@ coll::DType coll_dtype(ElemType t) {
   }
 }
 
-bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
 
 // This rank's block of a global row-major [g0][g1] matrix under `dims`.
 std::vector<float> shard(const std::vector<float>& global, std::uint64_t g1,
@@ -56,8 +57,10 @@ std::vector<float> shard(const std::vector<float>& global, std::uint64_t g1,
 class RankExecutor {
  public:
   RankExecutor(const Layer& layer, const LayerPlan& plan, coll::Communicator& comm,
-               LayerState& state, int skip_collective, const std::vector<std::string>& capture)
+               LayerState& state, int skip_collective, const std::vector<std::string>& capture,
+               const std::vector<Replacement>& replace)
       : capture_(capture),
+        replace_(replace),
         layer_(layer),
         plan_(plan),
         comm_(comm),
@@ -66,50 +69,57 @@ class RankExecutor {
         skip_collective_(skip_collective) {}
 
   RankStepResult run(const LayerData& data) {
-    fill_externals(data);
-    run_pass("forward", plan_.forward);
-    run_pass("backward", plan_.backward);
-    run_pass("update", plan_.update);
-    return results();
+    begin(data);
+    forward();
+    backward();
+    return finish();
   }
 
   // --- chains: one executor per layer on the same rank, tensors handed over.
   void begin(const LayerData& data) { fill_externals(data); }
-  void forward() { run_pass("forward", plan_.forward); }
-  void backward() { run_pass("backward", plan_.backward); }
+  void forward() {
+    apply(Replacement::When::before_forward);
+    run_pass("forward", plan_.forward);
+  }
+  void backward() {
+    if (plan_.io.z != kNoTensor && store_.written(plan_.io.z)) {
+      forward_z_ = store_.read_hp(plan_.io.z);
+      forward_z_dims_ = plan_.tensor(plan_.io.z).dims;
+    }
+    apply(Replacement::When::before_backward);
+    run_pass("backward", plan_.backward);
+  }
   RankStepResult finish() {
     run_pass("update", plan_.update);
     return results();
   }
   // The producer side: its FP8 output is written with the consumer's scale.
   void set_output_scale(float scale) {
-    if (const int id = find("y.scale_inv"); id >= 0) store_.set_scalar(id, scale);
+    if (plan_.io.y_scale != kNoTensor) store_.set_scalar(plan_.io.y_scale, scale);
   }
-  float input_scale() const { return delayed_scale("x"); }
+  float input_scale() const {
+    for (const auto& d : plan_.delayed)
+      if (d.quantity == Quantity::x) return delayed_scale(d.key());
+    return 1.0f;
+  }
   // Hands this layer's output to `consumer`'s input on the same rank.
   void hand_output_to(RankExecutor& consumer) {
-    const int xq = consumer.find("x.fp8.row");
-    if (xq >= 0 && consumer.plan_.tensor(xq).external) {
-      const int yq = find("y.fp8.row");
-      if (yq < 0)
+    const LayerIo& to = consumer.plan_.io;
+    if (to.x_fp8 != kNoTensor) {
+      if (plan_.io.y_fp8 == kNoTensor)
         throw ExecutorError("cpu executor: chain: '" + layer_.name + "' writes no FP8 output");
-      copy_same_shape(store_, yq, consumer.store_, xq);
-      if (const int a = consumer.find("x.amax"); a >= 0)
-        consumer.store_.set_scalar(a, store_.scalar(find("y.amax")));
+      copy_same_shape(store_, plan_.io.y_fp8, consumer.store_, to.x_fp8);
+      if (to.x_amax != kNoTensor)
+        consumer.store_.set_scalar(to.x_amax, store_.scalar(plan_.io.y_amax));
       return;
     }
-    int y = find("y");
-    if (y < 0 || !store_.written(y)) y = find("y.reduced");
-    const int x = consumer.find("x");
-    check_same_shape(store_, y, consumer.store_, x);
-    consumer.store_.write_hp(x, store_.read_hp(y));
+    check_same_shape(store_, plan_.io.y, consumer.store_, to.x);
+    consumer.store_.write_hp(to.x, store_.read_hp(plan_.io.y));
   }
   // Hands this (consumer) layer's dX to `producer`'s dY on the same rank.
   void hand_dx_to(RankExecutor& producer) {
-    const int dx = find("dx");
-    const int dy = producer.find("dy");
-    check_same_shape(store_, dx, producer.store_, dy);
-    producer.store_.write_hp(dy, store_.read_hp(dx));
+    check_same_shape(store_, plan_.io.dx, producer.store_, producer.plan_.io.dy);
+    producer.store_.write_hp(producer.plan_.io.dy, store_.read_hp(plan_.io.dx));
   }
 
  private:
@@ -129,34 +139,44 @@ class RankExecutor {
     b.mark_written(ib);
   }
 
-  // A tensor's name without the layer prefix and without the ".2", ".3"
-  // the planner appends to a repeated name (x.scale_inv.2 is a second x
-  // scale): "x", "x.amax", "dz.scale_inv", ...
-  std::string key(int id) const { return tensor_key(plan_, id); }
-  int find(std::string_view k) const {
-    const Tensor* t = plan_.find(layer_.name + "." + std::string(k));
-    return t ? t->id : -1;
-  }
   float delayed_scale(const std::string& k) const {
     auto it = state_.delayed.find(k);
     return it == state_.delayed.end() ? 1.0f : it->second.scale;
   }
-  bool pow2() const { return layer_.recipe.scale == ScaleForm::pow2; }
 
   void fill_externals(const LayerData& d) {
     fill_external_tensors(layer_, store_, state_, d, comm_.rank());
+  }
+
+  void apply(Replacement::When when) {
+    for (const Replacement& r : replace_) {
+      if (r.when != when || (r.rank >= 0 && r.rank != comm_.rank())) continue;
+      if (!r.values.empty()) {
+        store_.write_hp(r.tensor, r.values);
+        continue;
+      }
+      auto to = store_.bytes(r.tensor);
+      if (r.bytes.size() != to.size())
+        throw ExecutorError("cpu executor: a replacement of " + plan_.tensor(r.tensor).name +
+                            " has " + std::to_string(r.bytes.size()) + " bytes, the tensor " +
+                            std::to_string(to.size()));
+      std::copy(r.bytes.begin(), r.bytes.end(), to.begin());
+      store_.mark_written(r.tensor);
+    }
   }
 
   void run_pass(const char* pass, const std::vector<Step>& steps) {
     for (const auto& s : steps) {
       ExecutedStep e;
       e.pass = pass;
-      e.kind = s.kind;
-      e.rowwise = s.rowwise;
-      e.columnwise = s.columnwise;
-      for (int id : s.inputs) e.inputs.push_back(plan_.tensor(id).name);
-      for (int id : s.outputs) e.outputs.push_back(plan_.tensor(id).name);
-      if (is_collective(s.kind) && collectives_run_++ == 0 && skip_collective_ == comm_.rank()) {
+      e.kind = s.kind();
+      if (const auto* q = s.as<QuantizeStep>()) {
+        e.rowwise = q->rowwise != kNoTensor;
+        e.columnwise = q->columnwise != kNoTensor;
+      }
+      for (int id : s.inputs()) e.inputs.push_back(plan_.tensor(id).name);
+      for (int id : s.outputs()) e.outputs.push_back(plan_.tensor(id).name);
+      if (s.is_collective() && collectives_run_++ == 0 && skip_collective_ == comm_.rank()) {
         executed_.push_back(std::move(e));
         continue;  // fault injection: this rank never joins the collective
       }
@@ -165,65 +185,46 @@ class RankExecutor {
     }
   }
 
-  // The value a quantize / amax step reads: the input, times act'(z) when the
-  // step fuses dact.
-  std::vector<float> quantize_source(const Step& s) {
-    std::vector<float> v = store_.read_hp(s.inputs[0]);
-    if (s.fused_dact) {
-      const std::vector<float> z = store_.read_hp(s.inputs[1]);
-      for (std::size_t i = 0; i < v.size(); ++i) v[i] *= activation_grad(layer_.activation, z[i]);
+  // The value a quantize / amax / grad-epilogue step reads: the source,
+  // times act'(pre) when the step fuses dact.
+  std::vector<float> dact_source(int src, int pre, Activation dact) {
+    std::vector<float> v = store_.read_hp(src);
+    if (pre != kNoTensor) {
+      const std::vector<float> z = store_.read_hp(pre);
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] *= activation_grad(dact, z[i]);
     }
     return v;
   }
 
-  void quantize(const Step& s, ExecutedStep& e) {
-    const std::vector<float> v = quantize_source(s);
+  void quantize(const QuantizeStep& q, ExecutedStep& e) {
+    const std::vector<float> v = dact_source(q.src, q.pre_activation, q.dact);
     // nan = error: fail the step (before any state changes) instead of
     // carrying NaN into the FP8 data.
     if (layer_.recipe.nan == NanPolicy::error &&
         std::any_of(v.begin(), v.end(), [](float x) { return x != x; }))
       throw ExecutorError("cpu executor: layer '" + layer_.name + "': NaN in " +
-                          plan_.tensor(s.inputs[0]).name + " (recipe nan = error)");
-    const Tensor* first_fp8 = nullptr;
-    for (int id : s.outputs)
-      if (plan_.tensor(id).is_fp8()) first_fp8 = first_fp8 ? first_fp8 : &plan_.tensor(id);
-    if (!first_fp8) throw ExecutorError("cpu executor: quantize without an FP8 output");
-    const auto fmt = fp8_format(first_fp8->type);
+                          plan_.tensor(q.src).name + " (recipe nan = error)");
+    const int first = q.rowwise != kNoTensor ? q.rowwise : q.columnwise;
+    const auto fmt = fp8_format(plan_.tensor(first).type);
     // The per-tensor scale: delayed reads it, current derives it from the
-    // (group-reduced) amax input.
+    // (group-reduced) amax.
     float scale = 1.0f;
-    const std::size_t first_extra = s.fused_dact ? 2 : 1;
-    if (s.inputs.size() > first_extra) {
-      const int in = s.inputs[first_extra];
-      const float value = store_.scalar(in);
-      if (layer_.recipe.kind == RecipeKind::current)
-        scale = numerics::scale_from_amax(value, fmt, 1.0f, {0, pow2(), 0.0f});
-      else
-        scale = value;
+    if (q.amax_in != kNoTensor)
+      scale = numerics::scale_from_amax(store_.scalar(q.amax_in), fmt, 1.0f,
+                                        {0, q.pow2_scale, 0.0f});
+    else if (q.scale != kNoTensor)
+      scale = store_.scalar(q.scale);
+    for (int id : {q.rowwise, q.columnwise}) {
+      if (id == kNoTensor) continue;
+      const QuantizeStats st = quantize_to(store_, id, v, scale, q.pow2_scale);
+      e.amax = st.amax;
+      e.underflows += st.underflows;
+      e.overflows += st.overflows;
     }
-    // Block scale tensors are written with their data; a one-block scale
-    // tensor must not be mistaken for the per-tensor scale output.
-    std::vector<int> block_scales;
-    for (int id : s.outputs)
-      if (plan_.tensor(id).is_fp8() && plan_.tensor(id).scaling != Scaling::per_tensor)
-        block_scales.push_back(plan_.tensor(id).scale);
-    for (int id : s.outputs) {
-      const Tensor& t = plan_.tensor(id);
-      const std::string k = key(id);
-      if (std::find(block_scales.begin(), block_scales.end(), id) != block_scales.end()) continue;
-      if (t.is_fp8()) {
-        const QuantizeStats st = quantize_to(store_, id, v, scale, pow2());
-        e.amax = st.amax;
-        e.underflows += st.underflows;
-        e.overflows += st.overflows;
-      } else if (ends_with(k, ".amax")) {
-        store_.set_scalar(id, numerics::amax(v));
-      } else if (ends_with(k, ".scale_inv") && t.elements() == 1) {
-        store_.set_scalar(id, scale);
-      } else if (k == "db") {
-        store_.write_hp(id, column_sums(v, plan_.tensor(s.inputs[0]).dims));
-      }
-    }
+    if (q.scale_out != kNoTensor) store_.set_scalar(q.scale_out, scale);
+    if (q.amax != kNoTensor) store_.set_scalar(q.amax, numerics::amax(v));
+    if (q.dbias != kNoTensor)
+      store_.write_hp(q.dbias, column_sums(v, plan_.tensor(q.src).dims));
     e.scale = scale;
   }
 
@@ -241,7 +242,7 @@ class RankExecutor {
     std::size_t rows = 0, k = 0;
     float alpha = 1.0f;
   };
-  Operand operand(int id, const std::string& k_name) {
+  Operand operand(int id, int k_dim) {
     const Tensor& t = plan_.tensor(id);
     Operand op;
     std::vector<float> logical;
@@ -253,31 +254,30 @@ class RankExecutor {
       logical = store_.read_hp(id);
     }
     const std::size_t d0 = t.dims[0].local, d1 = t.dims[1].local;
-    if (t.dims[1].name == k_name) {
+    if (k_dim == 1) {
       op.rows = d0;
       op.k = d1;
       op.data = std::move(logical);
-    } else if (t.dims[0].name == k_name) {
+    } else {
       op.rows = d1;
       op.k = d0;
       op.data.resize(logical.size());
       for (std::size_t i = 0; i < d0; ++i)
         for (std::size_t j = 0; j < d1; ++j) op.data[j * d0 + i] = logical[i * d1 + j];
-    } else {
-      throw ExecutorError("cpu executor: GEMM operand " + t.name + " has no dim '" + k_name + "'");
     }
     return op;
   }
 
-  void gemm(const Step& s) {
-    const char* k_name = s.role == GemmRole::fprop   ? "in"
-                         : s.role == GemmRole::dgrad ? "out"
-                                                     : "tokens";
-    const Operand a = operand(s.inputs[0], k_name);
-    const Operand b = operand(s.inputs[1], k_name);
+  void gemm(const GemmStep& g) {
+    // The logical dim each operand contracts over: fprop K = in (dim 1 of
+    // both), dgrad K = out (dim 1 of dY, dim 0 of W), wgrad K = tokens (dim 0).
+    const int ka = g.role == GemmRole::wgrad ? 0 : 1;
+    const int kb = g.role == GemmRole::fprop ? 1 : 0;
+    const Operand a = operand(g.a, ka);
+    const Operand b = operand(g.b, kb);
     if (a.k != b.k)
-      throw ExecutorError("cpu executor: GEMM K mismatch: " + plan_.tensor(s.inputs[0]).name +
-                          " vs " + plan_.tensor(s.inputs[1]).name);
+      throw ExecutorError("cpu executor: GEMM K mismatch: " + plan_.tensor(g.a).name + " vs " +
+                          plan_.tensor(g.b).name);
     std::vector<float> c(a.rows * b.rows);
     gemm_nt(a.rows, b.rows, a.k, a.data, b.data, c);
     // cuBLAS-style: the product of the per-tensor scale_invs scales the
@@ -285,167 +285,131 @@ class RankExecutor {
     const float alpha = a.alpha * b.alpha;
     if (alpha != 1.0f)
       for (auto& v : c) v *= alpha;
-    if (s.role == GemmRole::fprop && (s.bias || s.activation != Activation::none ||
-                                      s.outputs.size() > 1 || key(s.outputs[0]) == "y"))
-      emit_output(s, std::move(c), b.rows);
-    else
-      store_.write_hp(s.outputs[0], c);
+    emit_output(g.epilogue, std::move(c), b.rows, g.out);
   }
 
   // Bias, activation (saving its input z), and the output store: the layer
   // dtype, or FP8 with a chained consumer's scale (plus the output's amax).
-  void emit_output(const Step& s, std::vector<float> z, std::size_t cols) {
-    for (int id : s.inputs)
-      if (key(id) == "b") {
-        const std::vector<float> b = store_.read_hp(id);
-        for (std::size_t i = 0; i < z.size(); ++i) z[i] += b[i % cols];
-      }
+  void emit_output(const OutputEpilogue& e, std::vector<float> z, std::size_t cols, int out) {
+    if (e.bias != kNoTensor) {
+      const std::vector<float> b = store_.read_hp(e.bias);
+      for (std::size_t i = 0; i < z.size(); ++i) z[i] += b[i % cols];
+    }
     std::vector<float> y = z;
-    if (layer_.activation != Activation::none)
-      for (auto& v : y) v = activate(layer_.activation, v);
-    float out_scale = 1.0f;
-    for (int id : s.inputs)
-      if (key(id) == "y.scale_inv") out_scale = store_.scalar(id);
-    for (int id : s.outputs) {
-      const Tensor& t = plan_.tensor(id);
-      const std::string k = key(id);
-      if (k == "z")
-        store_.write_hp(id, z);
-      else if (t.is_fp8())
-        quantize_to(store_, id, y, out_scale, false);
-      else if (ends_with(k, ".amax"))
-        store_.set_scalar(id, numerics::amax(y));
-      else
-        store_.write_hp(id, y);
-    }
+    if (e.activation != Activation::none)
+      for (auto& v : y) v = activate(e.activation, v);
+    if (e.pre_activation != kNoTensor) store_.write_hp(e.pre_activation, z);
+    if (plan_.tensor(out).is_fp8())
+      quantize_to(store_, out, y,
+                  e.out_scale != kNoTensor ? store_.scalar(e.out_scale) : 1.0f, false);
+    else
+      store_.write_hp(out, y);
+    if (e.out_amax != kNoTensor) store_.set_scalar(e.out_amax, numerics::amax(y));
   }
 
-  void epilogue(const Step& s) {
-    if (s.fused_dact || s.fused_dbias) {  // backward: dz = dy * act'(z), dbias
-      std::vector<float> v = quantize_source(s);
-      for (int id : s.outputs) {
-        if (key(id) == "db")
-          store_.write_hp(id, column_sums(v, plan_.tensor(s.inputs[0]).dims));
-        else
-          store_.write_hp(id, v);
-      }
-      return;
-    }
-    const Tensor& in = plan_.tensor(s.inputs[0]);
-    emit_output(s, store_.read_hp(s.inputs[0]), in.dims[1].local);
+  void grad_epilogue(const GradEpilogueStep& g) {
+    std::vector<float> v = dact_source(g.dy, g.pre_activation, g.dact);
+    if (g.dbias != kNoTensor) store_.write_hp(g.dbias, column_sums(v, plan_.tensor(g.dy).dims));
+    store_.write_hp(g.out, v);
   }
 
-  void all_gather(const Step& s) {
-    for (std::size_t i = 0; i < s.inputs.size(); ++i) {
-      auto send = store_.bytes(s.inputs[i]);
-      auto recv = store_.bytes(s.outputs[i]);
-      if (recv.size() != send.size() * static_cast<std::size_t>(comm_.size()))
-        throw ExecutorError("cpu executor: all_gather of " + plan_.tensor(s.inputs[i]).name +
-                            " into a buffer of the wrong size");
-      // Raw bytes: rank i's block lands at i * send bytes (outermost dim).
-      comm_.all_gather(send.data(), recv.data(), send.size(), coll::DType::kUInt8);
-      store_.mark_written(s.outputs[i]);
-    }
+  void gather_bytes(int in, int out) {
+    auto send = store_.bytes(in);
+    auto recv = store_.bytes(out);
+    if (recv.size() != send.size() * static_cast<std::size_t>(comm_.size()))
+      throw ExecutorError("cpu executor: all_gather of " + plan_.tensor(in).name +
+                          " into a buffer of the wrong size");
+    // Raw bytes: rank i's block lands at i * send bytes (outermost dim).
+    comm_.all_gather(send.data(), recv.data(), send.size(), coll::DType::kUInt8);
+    store_.mark_written(out);
   }
 
-  void permute(const Step& s) {
-    for (std::size_t i = 0; i < s.inputs.size(); ++i) {
-      const Tensor& t = plan_.tensor(s.inputs[i]);
-      const auto outer = t.dims[static_cast<std::size_t>(t.outer_dim())].local;
-      const auto inner = t.dims[static_cast<std::size_t>(t.inner_dim())].local;
-      coll::SegmentedShape shape{static_cast<std::size_t>(comm_.size()), outer,
-                                 inner / static_cast<std::size_t>(comm_.size()), 1};
-      coll::segments_to_dim(store_.bytes(t.id).data(), store_.bytes(s.outputs[i]).data(), shape,
-                            element_bytes(t.type));
-      store_.mark_written(s.outputs[i]);
-    }
+  void permute_bytes(int in, int out) {
+    const Tensor& t = plan_.tensor(in);
+    const auto outer = t.dims[static_cast<std::size_t>(t.outer_dim())].local;
+    const auto inner = t.dims[static_cast<std::size_t>(t.inner_dim())].local;
+    coll::SegmentedShape shape{static_cast<std::size_t>(comm_.size()), outer,
+                               inner / static_cast<std::size_t>(comm_.size()), 1};
+    coll::segments_to_dim(store_.bytes(in).data(), store_.bytes(out).data(), shape,
+                          element_bytes(t.type));
+    store_.mark_written(out);
   }
 
-  void scale_update(const Step& s) {
+  void scale_update(const ScaleUpdateStep& u) {
     const auto rule = layer_.recipe.amax == AmaxAlgo::max ? numerics::AmaxHistoryRule::max
                                                           : numerics::AmaxHistoryRule::most_recent;
-    for (std::size_t i = 0; i < s.inputs.size(); ++i) {
-      std::string k = key(s.outputs[i]);
-      k = k.substr(0, k.size() - std::string_view(".scale_inv.next").size());
-      // Gradients use the backward format, activations and weights forward.
-      const bool grad = !k.empty() && k[0] == 'd';
-      const auto fmt =
-          fp8_format((grad ? layer_.recipe.backward : layer_.recipe.forward) == Fp8Format::e4m3
-                         ? ElemType::e4m3
-                         : ElemType::e5m2);
-      DelayedScale& d = state_.delayed[k];
+    for (const auto& entry : u.entries) {
+      const DelayedTensor& dt = plan_.delayed.at(static_cast<std::size_t>(entry.state));
+      DelayedScale& d = state_.delayed[dt.key()];
       if (d.history.empty())
         d.history.assign(std::max<std::uint32_t>(1, layer_.recipe.history), 0.0f);
       std::rotate(d.history.rbegin(), d.history.rbegin() + 1, d.history.rend());
-      d.history[0] = store_.scalar(s.inputs[i]);
-      d.scale = numerics::delayed_scaling_update(d.history, rule, fmt,
+      d.history[0] = store_.scalar(entry.amax);
+      d.scale = numerics::delayed_scaling_update(d.history, rule, fp8_format(dt.format),
                                                  static_cast<int>(layer_.recipe.margin), d.scale);
-      store_.set_scalar(s.outputs[i], d.scale);
+      store_.set_scalar(entry.next_scale, d.scale);
     }
   }
 
-  void execute(const Step& s, ExecutedStep& e) {
-    switch (s.kind) {
-      case StepKind::amax:
-        store_.set_scalar(s.outputs[0], numerics::amax(quantize_source(s)));
-        break;
-      case StepKind::amax_all_reduce: {
-        float v = store_.scalar(s.inputs[0]), r = 0.0f;
-        comm_.all_reduce(&v, &r, 1, coll::DType::kFloat32, coll::ReduceOp::kMax);
-        store_.set_scalar(s.outputs[0], r);
-        break;
-      }
-      case StepKind::quantize:
-        quantize(s, e);
-        break;
-      case StepKind::transpose:
-        transpose_fp8(store_, s.inputs[0], s.outputs[0]);
-        break;
-      case StepKind::all_gather:
-        all_gather(s);
-        break;
-      case StepKind::permute:
-        permute(s);
-        break;
-      case StepKind::dequantize: {
-        const std::vector<float> v = decode(store_, s.inputs[0], true);
-        store_.write_hp(s.outputs[0], v);
-        e.amax = numerics::amax(v);
-        break;
-      }
-      case StepKind::reduce_scatter:
-      case StepKind::all_reduce: {
-        const Tensor& in = plan_.tensor(s.inputs[0]);
-        const Tensor& out = plan_.tensor(s.outputs[0]);
-        const auto dt = coll_dtype(in.type);
-        if (s.kind == StepKind::reduce_scatter)
-          comm_.reduce_scatter(store_.bytes(in.id).data(), store_.bytes(out.id).data(),
-                               out.elements(), dt, coll::ReduceOp::kSum);
-        else
-          comm_.all_reduce(store_.bytes(in.id).data(), store_.bytes(out.id).data(), out.elements(),
-                           dt, coll::ReduceOp::kSum);
-        store_.mark_written(out.id);
-        break;
-      }
-      case StepKind::gemm:
-        gemm(s);
-        break;
-      case StepKind::epilogue:
-        epilogue(s);
-        break;
-      case StepKind::scale_update:
-        scale_update(s);
-        break;
-    }
+  void sum(int in, int out, bool scatter) {
+    const Tensor& i = plan_.tensor(in);
+    const Tensor& o = plan_.tensor(out);
+    const auto dt = coll_dtype(i.type);
+    if (scatter)
+      comm_.reduce_scatter(store_.bytes(in).data(), store_.bytes(out).data(), o.elements(), dt,
+                           coll::ReduceOp::kSum);
+    else
+      comm_.all_reduce(store_.bytes(in).data(), store_.bytes(out).data(), o.elements(), dt,
+                       coll::ReduceOp::kSum);
+    store_.mark_written(out);
+  }
+
+  void execute(const Step& step, ExecutedStep& e) {
+    std::visit(Overloaded{
+                   [&](const AmaxStep& s) {
+                     store_.set_scalar(s.amax, numerics::amax(dact_source(s.src, s.pre_activation,
+                                                                          s.dact)));
+                   },
+                   [&](const AmaxAllReduceStep& s) {
+                     float v = store_.scalar(s.in), r = 0.0f;
+                     comm_.all_reduce(&v, &r, 1, coll::DType::kFloat32, coll::ReduceOp::kMax);
+                     store_.set_scalar(s.out, r);
+                   },
+                   [&](const QuantizeStep& s) { quantize(s, e); },
+                   [&](const TransposeStep& s) { transpose_fp8(store_, s.in, s.out); },
+                   [&](const AllGatherStep& s) {
+                     gather_bytes(s.in, s.out);
+                     if (s.scales_in != kNoTensor) gather_bytes(s.scales_in, s.scales_out);
+                   },
+                   [&](const PermuteStep& s) {
+                     permute_bytes(s.in, s.out);
+                     if (s.scales_in != kNoTensor) permute_bytes(s.scales_in, s.scales_out);
+                   },
+                   [&](const ReduceScatterStep& s) { sum(s.in, s.out, true); },
+                   [&](const AllReduceStep& s) { sum(s.in, s.out, false); },
+                   [&](const GemmStep& s) { gemm(s); },
+                   [&](const EpilogueStep& s) {
+                     emit_output(s.epilogue, store_.read_hp(s.in),
+                                 plan_.tensor(s.in).dims[1].local, s.out);
+                   },
+                   [&](const GradEpilogueStep& s) { grad_epilogue(s); },
+                   [&](const ScaleUpdateStep& s) { scale_update(s); },
+               },
+               step.op);
   }
 
   RankStepResult results() {
     RankStepResult r = collect_step_result(layer_, store_, state_, capture_);
     r.executed = std::move(executed_);
+    if (!forward_z_.empty()) {  // as forward made it, before a replacement
+      r.z = std::move(forward_z_);
+      r.z_dims = forward_z_dims_;
+    }
     return r;
   }
 
   const std::vector<std::string>& capture_;
+  const std::vector<Replacement>& replace_;
   const Layer& layer_;
   const LayerPlan& plan_;
   coll::Communicator& comm_;
@@ -454,6 +418,8 @@ class RankExecutor {
   int skip_collective_;
   int collectives_run_ = 0;
   std::vector<ExecutedStep> executed_;
+  std::vector<float> forward_z_;
+  std::array<Dim, 2> forward_z_dims_;
 };
 
 }  // namespace
@@ -461,68 +427,48 @@ class RankExecutor {
 void fill_external_tensors(const Layer& layer, TensorStore& store, const LayerState& state,
                            const LayerData& d, int rank) {
   const LayerPlan& plan = store.plan();
-  const auto key = [&](int id) { return tensor_key(plan, id); };
-  const auto find = [&](std::string_view k) {
-    const Tensor* t = plan.find(layer.name + "." + std::string(k));
-    return t ? t->id : -1;
+  const LayerIo& io = plan.io;
+  const auto put = [&](int id, const std::vector<float>& global, std::uint64_t cols) {
+    if (id != kNoTensor && !global.empty())
+      store.write_hp(id, shard(global, cols, plan.tensor(id).dims, rank));
   };
-  const auto delayed_scale = [&](const std::string& k) {
-    auto it = state.delayed.find(k);
-    return it == state.delayed.end() ? 1.0f : it->second.scale;
-  };
-  for (const auto& t : plan.tensors) {
-    if (!t.external) continue;
-    const std::string k = key(t.id);
-    if ((k == "x" && d.x.empty()) || (k == "dy" && d.dy.empty())) continue;  // handed over
-    if (k == "x") {
-      store.write_hp(t.id, shard(d.x, layer.in, t.dims, rank));
-    } else if (k == "w") {
-      store.write_hp(t.id, shard(d.w, layer.in, t.dims, rank));
-    } else if (k == "b") {
-      store.write_hp(t.id, shard(d.b, 1, t.dims, rank));
-    } else if (k == "dy") {
-      store.write_hp(t.id, shard(d.dy, layer.out, t.dims, rank));
-    } else if (ends_with(k, ".scale_inv") && t.elements() == 1) {
-      store.set_scalar(t.id, delayed_scale(k.substr(0, k.size() - 10)));
-    }
+  put(io.x, d.x, layer.in);  // empty x / dy: handed over in a chain
+  put(io.w, d.w, layer.in);
+  put(io.b, d.b, 1);
+  put(io.dy, d.dy, layer.out);
+  for (const DelayedTensor& t : plan.delayed) {
+    auto it = state.delayed.find(t.key());
+    store.set_scalar(t.scale, it == state.delayed.end() ? 1.0f : it->second.scale);
   }
+  // A standalone producer of FP8 output writes it with scale 1 (a chain
+  // sets its consumer's scale).
+  if (io.y_scale != kNoTensor) store.set_scalar(io.y_scale, 1.0f);
   // A chained FP8 input (the producer's GEMM wrote it with this layer's
   // delayed scale): stand in for the producer by quantizing X here.
-  if (const int xq = find("x.fp8.row"); xq >= 0 && plan.tensor(xq).external && !d.x.empty()) {
-    std::vector<float> x = shard(d.x, layer.in, plan.tensor(xq).dims, rank);
-    for (auto& v : x) v = round_to(elem_of(layer.dtype), v);
-    quantize_to(store, xq, x, store.scalar(plan.tensor(xq).scale), false);
-    if (const int a = find("x.amax"); a >= 0) store.set_scalar(a, numerics::amax(x));
+  if (io.x_fp8 != kNoTensor && !d.x.empty()) {
+    std::vector<float> x = shard(d.x, layer.in, plan.tensor(io.x_fp8).dims, rank);
+    for (auto& v : x) v = round_to(elem_type(layer.dtype), v);
+    quantize_to(store, io.x_fp8, x, store.scalar(plan.tensor(io.x_fp8).scale), false);
+    if (io.x_amax != kNoTensor) store.set_scalar(io.x_amax, numerics::amax(x));
   }
 }
 
-std::string tensor_key(const LayerPlan& plan, int id) {
-  std::string k = plan.tensor(id).name.substr(plan.layer.size() + 1);
-  const auto dot = k.rfind('.');
-  if (dot != std::string::npos && dot + 1 < k.size() &&
-      k.find_first_not_of("0123456789", dot + 1) == std::string::npos)
-    k.resize(dot);
-  return k;
-}
-
-RankStepResult collect_step_result(const Layer& layer, const TensorStore& store,
+RankStepResult collect_step_result(const Layer&, const TensorStore& store,
                                    const LayerState& state,
                                    const std::vector<std::string>& capture) {
   const LayerPlan& plan = store.plan();
-  const auto take = [&](std::string_view k, std::vector<float>& values, std::array<Dim, 2>& dims) {
-    const Tensor* t = plan.find(layer.name + "." + std::string(k));
-    if (!t || !store.written(t->id)) return;
-    values = t->is_fp8() ? decode(store, t->id, true) : store.read_hp(t->id);
-    dims = t->dims;
+  const auto take = [&](int id, std::vector<float>& values, std::array<Dim, 2>& dims) {
+    if (id == kNoTensor || !store.written(id)) return;
+    const Tensor& t = plan.tensor(id);
+    values = t.is_fp8() ? decode(store, id, true) : store.read_hp(id);
+    dims = t.dims;
   };
   RankStepResult r;
-  take("y.reduced", r.y, r.y_dims);
-  take("y", r.y, r.y_dims);
-  take("y.fp8.row", r.y, r.y_dims);
-  take("dx", r.dx, r.dx_dims);
-  take("dw", r.dw, r.dw_dims);
-  take("db", r.db, r.db_dims);
-  take("db.reduced", r.db, r.db_dims);
+  take(plan.io.y != kNoTensor ? plan.io.y : plan.io.y_fp8, r.y, r.y_dims);
+  take(plan.io.dx, r.dx, r.dx_dims);
+  take(plan.io.dw, r.dw, r.dw_dims);
+  take(plan.io.db, r.db, r.db_dims);
+  take(plan.io.z, r.z, r.z_dims);
   r.state = state;
   for (const auto& name : capture) {
     const Tensor* t = plan.find(name);
@@ -542,7 +488,7 @@ RankStepResult collect_step_result(const Layer& layer, const TensorStore& store,
 LayerData random_layer_data(const Layer& layer, std::uint64_t tokens, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  const ElemType t = elem_of(layer.dtype);
+  const ElemType t = elem_type(layer.dtype);
   auto fill = [&](std::size_t n) {
     std::vector<float> v(n);
     for (auto& x : v) x = round_to(t, u(rng));
@@ -563,12 +509,13 @@ LayerState initial_state(const Layer&) {
 RankStepResult execute_layer_step(const Layer& layer, const LayerPlan& plan,
                                   coll::Communicator& comm, const LayerData& data,
                                   LayerState& state, int skip_collective,
-                                  const std::vector<std::string>& capture) {
+                                  const std::vector<std::string>& capture,
+                                  const std::vector<Replacement>& replace) {
   if (static_cast<std::uint32_t>(comm.size()) != plan.ranks)
     throw ExecutorError("cpu executor: plan of layer '" + plan.layer + "' is for " +
                         std::to_string(plan.ranks) + " ranks, the group has " +
                         std::to_string(comm.size()));
-  return RankExecutor(layer, plan, comm, state, skip_collective, capture).run(data);
+  return RankExecutor(layer, plan, comm, state, skip_collective, capture, replace).run(data);
 }
 
 std::vector<std::vector<RankStepResult>> run_layer(const Layer& layer, const LayerPlan& plan,
@@ -588,9 +535,9 @@ std::vector<std::vector<RankStepResult>> run_layer(const Layer& layer, const Lay
     LayerState state = initial_state(layer);
     auto& mine = results[static_cast<std::size_t>(comm.rank())];
     for (std::size_t i = 0; i < steps.size(); ++i)
-      mine.push_back(execute_layer_step(layer, plan, comm, steps[i], state,
-                                        i == 0 ? options.skip_collective_on_rank : -1,
-                                        options.capture));
+      mine.push_back(execute_layer_step(
+          layer, plan, comm, steps[i], state, i == 0 ? options.skip_collective_on_rank : -1,
+          options.capture, i < options.replace.size() ? options.replace[i] : kNoReplacements));
   });
   // Prefer the root cause: a collective error over a peer's follow-up.
   std::exception_ptr first;
@@ -602,11 +549,10 @@ std::vector<std::vector<RankStepResult>> run_layer(const Layer& layer, const Lay
   return results;
 }
 
-std::vector<std::vector<ChainStepResult>> run_chain(const Layer& first, const LayerPlan& first_plan,
-                                                    const Layer& second,
-                                                    const LayerPlan& second_plan,
-                                                    const std::vector<ChainData>& steps,
-                                                    const ExecutorOptions& options) {
+std::vector<std::vector<ChainStepResult>> run_chain(
+    const Layer& first, const LayerPlan& first_plan, const Layer& second,
+    const LayerPlan& second_plan, const std::vector<ChainData>& steps,
+    const ExecutorOptions& options, const std::vector<ChainReplacements>& replace) {
   if (first_plan.ranks != second_plan.ranks)
     throw ExecutorError("cpu executor: chain '" + first.name + "' -> '" + second.name +
                         "' runs on different tensor-parallel sizes");
@@ -620,9 +566,11 @@ std::vector<std::vector<ChainStepResult>> run_chain(const Layer& first, const La
   auto errors = coll::run_ranks(n, group, [&](coll::Communicator& comm) {
     LayerState s1 = initial_state(first), s2 = initial_state(second);
     auto& mine = results[static_cast<std::size_t>(comm.rank())];
-    for (const auto& data : steps) {
-      RankExecutor a(first, first_plan, comm, s1, -1, options.capture);
-      RankExecutor b(second, second_plan, comm, s2, -1, options.capture);
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      const ChainData& data = steps[i];
+      const ChainReplacements& r = i < replace.size() ? replace[i] : kNoChainReplacements;
+      RankExecutor a(first, first_plan, comm, s1, -1, options.capture, r.first);
+      RankExecutor b(second, second_plan, comm, s2, -1, options.capture, r.second);
       LayerData d1 = data.first, d2 = data.second;
       d1.dy.clear();  // the second layer's dX
       d2.x.clear();   // the first layer's output

@@ -66,6 +66,9 @@ struct ExecutedStep {
 struct RankStepResult {
   std::vector<float> y, dx, dw, db;
   std::array<Dim, 2> y_dims, dx_dims, dw_dims, db_dims;
+  // The pre-activation as forward made it (before any replacement).
+  std::vector<float> z;
+  std::array<Dim, 2> z_dims;
   LayerState state;  // after the update pass
   std::vector<ExecutedStep> executed;
   // Tensors named in ExecutorOptions::capture, as they were at the end of
@@ -78,6 +81,19 @@ struct RankStepResult {
   std::map<std::string, Captured> captured;
 };
 
+// A tensor's contents replaced on every rank at a point of the step: the
+// oracle's one-rank run takes the N-rank run's pre-activation (row layers
+// with an activation) or a chain's handed-over tensors, so what follows
+// compares exactly.
+struct Replacement {
+  enum class When { before_forward, before_backward };
+  When when = When::before_backward;
+  int rank = -1;                     // only this rank's tensor; -1: every rank's
+  int tensor = kNoTensor;            // id in the plan being run
+  std::vector<float> values;         // high-precision tensors: logical values
+  std::vector<std::uint8_t> bytes;   // any tensor: its bytes as stored (used when values is empty)
+};
+
 struct ExecutorOptions {
   collectives::Backend backend = collectives::Backend::kGloo;
   std::chrono::milliseconds timeout{60'000};
@@ -88,6 +104,8 @@ struct ExecutorOptions {
   int skip_collective_on_rank = -1;
   // Full tensor names (e.g. "l.x.fp8.col.gathered") to return per step.
   std::vector<std::string> capture;
+  // Per step (index = step): the replacements of that step.
+  std::vector<std::vector<Replacement>> replace;
 };
 
 class ExecutorError : public std::runtime_error {
@@ -118,15 +136,12 @@ RankStepResult collect_step_result(const Layer& layer, const TensorStore& store,
 void fill_external_tensors(const Layer& layer, TensorStore& store, const LayerState& state,
                            const LayerData& data, int rank);
 
-// A tensor's name without the layer prefix and without the ".2", ".3" the
-// planner appends to a repeated name: "x", "x.amax", "dz.scale_inv", ...
-std::string tensor_key(const LayerPlan& plan, int id);
-
 // One step on one rank with a communicator the caller owns.
 RankStepResult execute_layer_step(const Layer& layer, const LayerPlan& plan,
                                   collectives::Communicator& comm, const LayerData& data,
                                   LayerState& state, int skip_collective = -1,
-                                  const std::vector<std::string>& capture = {});
+                                  const std::vector<std::string>& capture = {},
+                                  const std::vector<Replacement>& replace = {});
 
 // A producer -> consumer chain (`input =`): the consumer's input is the
 // producer's output on each rank (its FP8 output with the consumer's delayed
@@ -141,10 +156,15 @@ struct ChainData {
 struct ChainStepResult {
   RankStepResult first, second;
 };
-std::vector<std::vector<ChainStepResult>> run_chain(const Layer& first, const LayerPlan& first_plan,
-                                                    const Layer& second,
-                                                    const LayerPlan& second_plan,
-                                                    const std::vector<ChainData>& steps,
-                                                    const ExecutorOptions& options = {});
+// `replace[step]`: Replacement lists for each layer (before_forward is
+// applied after the hand-over of the consumer's input, before_backward after
+// the hand-over of the producer's dY).
+struct ChainReplacements {
+  std::vector<Replacement> first, second;
+};
+std::vector<std::vector<ChainStepResult>> run_chain(
+    const Layer& first, const LayerPlan& first_plan, const Layer& second,
+    const LayerPlan& second_plan, const std::vector<ChainData>& steps,
+    const ExecutorOptions& options = {}, const std::vector<ChainReplacements>& replace = {});
 
 }  // namespace fp8c::cpu

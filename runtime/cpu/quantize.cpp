@@ -55,30 +55,46 @@ struct Layout {
   }
 };
 
-// Which block (physical block row, block column) an element belongs to.
-// Data gathered along its inner dim holds each rank's blocks of its own
-// segment: segment / block (rounded up) blocks per rank, whether or not the
-// segments are still apart (segmented) or already permuted together.
+// The blocks along one physical dim of `extent` elements: blocks of
+// `block`, restarting at each of `segments` equal parts (a gathered tensor
+// holds each rank's own blocks; a one-rank plan on an N-rank block grid
+// restarts them where N shards would), so segments * ceil(part / block).
+struct Partition {
+  std::size_t extent = 0, block = 1, segments = 1;
+  std::size_t part() const { return extent / segments; }
+  std::size_t per_segment() const { return (part() + block - 1) / block; }
+  std::size_t count() const { return segments * per_segment(); }
+  std::size_t index(std::size_t n) const {
+    return (n / part()) * per_segment() + (n % part()) / block;
+  }
+  std::size_t begin(std::size_t j) const {
+    return (j / per_segment()) * part() + (j % per_segment()) * block;
+  }
+  std::size_t end(std::size_t j) const {
+    return std::min(begin(j) + block, (j / per_segment() + 1) * part());
+  }
+};
+
+// Which block (physical block row, block column) an element belongs to, and
+// where its scale is stored.
 struct BlockMap {
-  BlockShape shape;
+  Partition outer, inner;
   Layout scales;
-  std::size_t data_segment = 0;  // 0: blocks run over the whole inner dim
-  std::size_t blocks_per_segment = 0;
 
   BlockMap(const TensorStore& store, const Tensor& data, const Tensor& scale)
-      : shape(block_shape(data.scaling)), scales(scale, store.plan().ranks) {
-    const std::uint32_t ranks = store.plan().ranks;
-    if (store.gathered_inner(data.id) && ranks > 1) {
-      data_segment = Layout(data, ranks).inner / ranks;
-      blocks_per_segment = scales.inner / ranks;
-    }
+      : scales(scale, store.plan().ranks) {
+    const BlockShape shape = block_shape(data.scaling);
+    const Layout L(data, store.plan().ranks);
+    outer = {L.outer, shape.outer,
+             data.block_segments[static_cast<std::size_t>(data.outer_dim())]};
+    inner = {L.inner, shape.inner,
+             data.block_segments[static_cast<std::size_t>(data.inner_dim())]};
+    if (outer.count() != scales.outer || inner.count() != scales.inner)
+      throw std::logic_error("cpu executor: " + scale.name + " does not hold one scale per block of " +
+                             data.name);
   }
   std::size_t index(std::size_t o, std::size_t n) const {
-    const std::size_t bo = o / shape.outer;
-    const std::size_t bn = data_segment == 0 ? n / shape.inner
-                                             : (n / data_segment) * blocks_per_segment +
-                                                   (n % data_segment) / shape.inner;
-    return scales.index(bo, bn);
+    return scales.index(outer.index(o), inner.index(n));
   }
 };
 
@@ -124,19 +140,18 @@ QuantizeStats quantize_to(TensorStore& store, int id, std::span<const float> log
     return stats;
   }
   const Tensor& st = store.tensor(t.scale);
-  const BlockShape bs = block_shape(t.scaling);
-  const Layout SL(st, store.plan().ranks);
+  const BlockMap blocks(store, t, st);
   auto sbytes = store.bytes(st.id);
-  for (std::size_t bo = 0; bo * bs.outer < L.outer; ++bo) {
-    for (std::size_t bn = 0; bn * bs.inner < L.inner; ++bn) {
-      const std::size_t o1 = std::min(L.outer, (bo + 1) * bs.outer);
-      const std::size_t n1 = std::min(L.inner, (bn + 1) * bs.inner);
+  for (std::size_t bo = 0; bo < blocks.outer.count(); ++bo) {
+    for (std::size_t bn = 0; bn < blocks.inner.count(); ++bn) {
+      const std::size_t o0 = blocks.outer.begin(bo), o1 = blocks.outer.end(bo);
+      const std::size_t n0 = blocks.inner.begin(bn), n1 = blocks.inner.end(bn);
       float amax = 0.0f;
-      for (std::size_t o = bo * bs.outer; o < o1; ++o)
-        for (std::size_t n = bn * bs.inner; n < n1; ++n)
+      for (std::size_t o = o0; o < o1; ++o)
+        for (std::size_t n = n0; n < n1; ++n)
           amax = numerics::amax_combine(amax, numerics::magnitude(logical_at(o, n)));
       float s = 1.0f;
-      const std::size_t si = SL.index(bo, bn);
+      const std::size_t si = blocks.scales.index(bo, bn);
       if (t.scaling == Scaling::mx_1x32) {
         // Round-up E8M0 rule: the block's amax never exceeds the element max
         // after scaling, so MX blocks do not clip.
@@ -149,8 +164,8 @@ QuantizeStats quantize_to(TensorStore& store, int id, std::span<const float> log
         const float inv = numerics::scale_inverse(s);
         std::memcpy(sbytes.data() + 4 * si, &inv, 4);
       }
-      for (std::size_t o = bo * bs.outer; o < o1; ++o)
-        for (std::size_t n = bn * bs.inner; n < n1; ++n) put(o, n, logical_at(o, n), s);
+      for (std::size_t o = o0; o < o1; ++o)
+        for (std::size_t n = n0; n < n1; ++n) put(o, n, logical_at(o, n), s);
     }
   }
   store.mark_written(id);

@@ -58,27 +58,13 @@ std::vector<double> widen(const std::vector<float>& v) {
 
 }  // namespace
 
-ReferenceResult reference_layer_step(const Layer& layer, std::uint64_t tokens, const LayerData& d) {
+ReferenceResult reference_layer_step(const Layer& layer, std::uint64_t tokens, const LayerData& d,
+                                     const std::vector<float>* z) {
   ReferenceResult r;
   const std::vector<double> x = widen(d.x);
-  std::vector<double> z;
-  forward(layer, tokens, x, d.w, d.b, z, r.y);
-  backward(layer, tokens, x, d.w, z, widen(d.dy), r);
+  forward(layer, tokens, x, d.w, d.b, r.z, r.y);
+  backward(layer, tokens, x, d.w, z ? widen(*z) : r.z, widen(d.dy), r);
   return r;
-}
-
-std::pair<ReferenceResult, ReferenceResult> reference_chain_step(const Layer& first,
-                                                                 const Layer& second,
-                                                                 std::uint64_t tokens,
-                                                                 const ChainData& d) {
-  ReferenceResult a, b;
-  const std::vector<double> x = widen(d.first.x);
-  std::vector<double> z1, z2;
-  forward(first, tokens, x, d.first.w, d.first.b, z1, a.y);
-  forward(second, tokens, a.y, d.second.w, d.second.b, z2, b.y);
-  backward(second, tokens, a.y, d.second.w, z2, widen(d.second.dy), b);
-  backward(first, tokens, x, d.first.w, z1, b.dx, a);
-  return {a, b};
 }
 
 }  // namespace fp8c::cpu

@@ -11,19 +11,18 @@
 namespace fp8c::cpu {
 
 struct ReferenceResult {
-  std::vector<double> y;   // [tokens][out]  act(x w^T + b)
+  std::vector<double> z;   // [tokens][out]  x w^T + b
+  std::vector<double> y;   // [tokens][out]  act(z)
   std::vector<double> dx;  // [tokens][in]   dz w
   std::vector<double> dw;  // [out][in]      dz^T x
   std::vector<double> db;  // [out]          sum over tokens of dz
 };
 
-ReferenceResult reference_layer_step(const Layer& layer, std::uint64_t tokens, const LayerData& d);
+// `z` (optional, [tokens][out]): the pre-activation backward uses instead
+// of its own, so a run's backward is compared given the run's own forward
+// (a pre-activation a rounding away can flip act' or an FP8 code of dz).
+ReferenceResult reference_layer_step(const Layer& layer, std::uint64_t tokens, const LayerData& d,
+                                     const std::vector<float>* z = nullptr);
 
-// A producer -> consumer chain: the consumer reads the producer's float64
-// output, the producer's gradient is the consumer's float64 dX.
-std::pair<ReferenceResult, ReferenceResult> reference_chain_step(const Layer& first,
-                                                                 const Layer& second,
-                                                                 std::uint64_t tokens,
-                                                                 const ChainData& d);
 
 }  // namespace fp8c::cpu

@@ -23,23 +23,6 @@ TensorStore::TensorStore(const LayerPlan& plan) : plan_(plan) {
   written_.assign(plan.tensors.size(), false);
   for (const auto& t : plan.tensors)
     data_[static_cast<std::size_t>(t.id)].assign(t.elements() * element_bytes(t.type), 0);
-  gathered_inner_ = gathered_inner_tensors(plan);
-}
-
-std::vector<bool> gathered_inner_tensors(const LayerPlan& plan) {
-  std::vector<bool> inner(plan.tensors.size(), false);
-  for (const auto* pass : {&plan.forward, &plan.backward}) {
-    for (const auto& s : *pass) {
-      for (std::size_t i = 0; i < s.inputs.size() && i < s.outputs.size(); ++i) {
-        const auto in = static_cast<std::size_t>(s.inputs[i]);
-        const auto out = static_cast<std::size_t>(s.outputs[i]);
-        if (s.kind == StepKind::all_gather && s.dim == plan.tensors[in].inner_dim())
-          inner[out] = true;
-        if (s.kind == StepKind::permute && inner[in]) inner[out] = true;
-      }
-    }
-  }
-  return inner;
 }
 
 std::span<std::uint8_t> TensorStore::bytes(int id) {

@@ -2,7 +2,7 @@
 // as the plan says, with typed access. High-precision tensors (bf16, fp16)
 // hold their raw 16-bit values; every float written to them is rounded
 // exactly as a GPU kernel's store would (round to nearest even).
-// Per-tensor scale tensors (fp32 scalars named *.scale_inv) hold the scale
+// Per-tensor scale tensors (fp32 scalars, Form::scale) hold the scale
 // multiplier a quantizer applies (x_fp8 = x * scale); a GEMM or dequantize
 // multiplies by its reciprocal. Block scale tensors hold the per-block
 // scale_inv (fp32) or E8M0 code.
@@ -32,22 +32,14 @@ class TensorStore {
   // Rounds each value to the tensor's type and stores it in logical order.
   void write_hp(int id, std::span<const float> values);
   float scalar(int id) const;
-  // True for an all-gather output (or its permuted copy) gathered along its
-  // inner physical dim: its blocks are each rank's own, R segments of
-  // ceil(inner / R / block) blocks, not ceil(inner / block) over the whole.
-  bool gathered_inner(int id) const { return gathered_inner_.at(static_cast<std::size_t>(id)); }
   void set_scalar(int id, float value);
 
  private:
   const LayerPlan& plan_;
   std::vector<std::vector<std::uint8_t>> data_;
   std::vector<bool> written_;
-  std::vector<bool> gathered_inner_;
 };
 
-// Per tensor id: an all-gather output gathered along its inner physical dim,
-// or a permuted copy of one (TensorStore::gathered_inner).
-std::vector<bool> gathered_inner_tensors(const LayerPlan& plan);
 
 // Rounds a float to what a tensor of `type` (bf16, fp16, fp32) stores.
 float round_to(ElemType type, float value);

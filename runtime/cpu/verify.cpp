@@ -1,3 +1,11 @@
+// The distributed oracle (docs/verify.md). For each layer: its N-rank plan
+// and a one-rank plan on the same block grid run on the same data; the
+// one-rank backward takes the N-rank run's pre-activation, so the two runs
+// read identical quantized operands everywhere and differ only where the
+// N-rank plan sums partial results over the group. Every output is then
+// compared bit for bit, or element by element within a bound derived from
+// those sums (verify_bounds.hpp); and each run against float64 within a
+// bound derived from the formats on its path.
 #include "runtime/cpu/verify.hpp"
 
 #include <algorithm>
@@ -8,23 +16,25 @@
 
 #include "codegen/plan/planner.hpp"
 #include "runtime/cpu/reference.hpp"
+#include "runtime/cpu/verify_bounds.hpp"
 
 namespace fp8c::cpu {
-namespace {}  // namespace
 
-Assembled assemble(const std::vector<const RankStepResult*>& ranks,
-                   std::vector<float> RankStepResult::*field,
-                   std::array<Dim, 2> RankStepResult::*dims_field) {
+Assembled assemble_shards(const std::vector<const std::vector<float>*>& values,
+                          const std::vector<std::array<Dim, 2>>& dims) {
   Assembled a;
-  const auto& d0 = ranks[0]->*dims_field;
-  const std::uint64_t g0 = d0[0].global, g1 = d0[1].global;
+  const std::uint64_t g0 = dims.at(0)[0].global, g1 = dims.at(0)[1].global;
   a.values.assign(g0 * g1, 0.0f);
   std::vector<bool> seen(g0 * g1, false);
-  for (std::size_t r = 0; r < ranks.size(); ++r) {
-    const auto& v = ranks[r]->*field;
-    const auto& d = ranks[r]->*dims_field;
+  for (std::size_t r = 0; r < values.size(); ++r) {
+    const auto& v = *values[r];
+    const auto& d = dims[r];
     const std::uint64_t r0 = d[0].sharded() ? r * d[0].local : 0;
     const std::uint64_t c0 = d[1].sharded() ? r * d[1].local : 0;
+    if (v.size() != d[0].local * d[1].local) {
+      a.values.clear();  // a rank without this tensor: a size mismatch for the caller
+      return a;
+    }
     for (std::uint64_t i = 0; i < d[0].local; ++i)
       for (std::uint64_t j = 0; j < d[1].local; ++j) {
         const std::size_t at = (r0 + i) * g1 + c0 + j;
@@ -37,126 +47,303 @@ Assembled assemble(const std::vector<const RankStepResult*>& ranks,
   return a;
 }
 
-namespace {
-
-struct Diff {
-  double max_abs = 0.0, rel = 0.0;
-  bool identical = true;
-};
-
-template <typename B>
-Diff diff(const std::vector<float>& a, const std::vector<B>& b) {
-  Diff d;
-  double num = 0.0, den = 0.0;
-  const std::size_t n = std::min(a.size(), b.size());
-  if (a.size() != b.size()) d.identical = false;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double e = double(a[i]) - double(b[i]);
-    if constexpr (std::is_same_v<B, float>) {
-      if (std::memcmp(&a[i], &b[i], 4) != 0) d.identical = false;
-    } else {
-      d.identical = false;
-    }
-    d.max_abs = std::max(d.max_abs, std::abs(e));
-    if (std::isnan(e)) d.max_abs = INFINITY;
-    num += e * e;
-    den += double(b[i]) * double(b[i]);
+Assembled assemble(const std::vector<const RankStepResult*>& ranks,
+                   std::vector<float> RankStepResult::*field,
+                   std::array<Dim, 2> RankStepResult::*dims_field) {
+  std::vector<const std::vector<float>*> values;
+  std::vector<std::array<Dim, 2>> dims;
+  for (const auto* r : ranks) {
+    values.push_back(&(r->*field));
+    dims.push_back(r->*dims_field);
   }
-  d.rel = den > 0 ? std::sqrt(num / den) : (num > 0 ? INFINITY : 0.0);
-  return d;
-}
-
-// Whether every block-scaled tensor's sharded dims are whole blocks, so each
-// block holds the same elements as in the 1-rank run.
-bool blocks_aligned(const LayerPlan& plan) {
-  for (const auto& t : plan.tensors) {
-    if (t.scaling == Scaling::none || t.scaling == Scaling::per_tensor || t.external) continue;
-    for (int d = 0; d < 2; ++d) {
-      const Dim& dim = t.dims[static_cast<std::size_t>(d)];
-      if (!dim.sharded()) continue;
-      std::uint64_t block = 1;
-      if (t.scaling == Scaling::block_128x128) block = 128;
-      if (d == t.inner_dim()) block = t.scaling == Scaling::mx_1x32 ? 32 : 128;
-      if (dim.local % block != 0) return false;
-    }
-  }
-  return true;
-}
-
-}  // namespace
-
-double float64_bound(const Layer& layer, const std::string& tensor) {
-  const auto& tol = tolerances();
-  const Recipe& r = layer.recipe;
-  if (!r.is_fp8()) return tol.high_precision;
-  auto fmt_bound = [&](Fp8Format f) { return f == Fp8Format::e4m3 ? tol.e4m3 : tol.e5m2; };
-  if (tensor == "y") return fmt_bound(r.forward);
-  // dbias sums dz = dy * act'(z) in high precision; with an activation, z
-  // carries the forward GEMM's FP8 error and act' amplifies it (GELU's
-  // second derivative is ~0.8 near 0, and large |z| puts more of the error
-  // near the bend), hence three times the forward bound (measured up to 2x).
-  if (tensor == "db")
-    return layer.activation == Activation::none ? tol.high_precision : 3 * fmt_bound(r.forward);
-  // dX and dW: the larger operand format's bound, plus dz's own error when
-  // an activation's derivative amplifies the forward error (see db).
-  const double act = layer.activation == Activation::none ? 0.0 : 3 * fmt_bound(r.forward);
-  return std::max(fmt_bound(r.forward), fmt_bound(r.backward)) + act;
+  return assemble_shards(values, dims);
 }
 
 namespace {
-
-double f64_bound(const Layer& layer, const std::string& tensor) {
-  return float64_bound(layer, tensor);
-}
-
-struct Expectation {
-  bool exact = false;
-  double tolerance = 0.0;
-};
-
-Expectation expect(const Layer& layer, const LayerPlan& plan, const std::string& tensor) {
-  const bool column = layer.mode == ParallelMode::column;
-  const bool multi = plan.ranks > 1;
-  const bool sp = layer.layout.sequence_parallel && multi;
-  const bool aligned = blocks_aligned(plan);
-  bool exact = !multi;
-  bool reduction_only = true;  // false: quantized values may differ too
-  if (multi) {
-    if (column) {
-      exact = tensor == "db" || (aligned && (tensor == "y" || tensor == "dw"));
-      reduction_only = aligned;
-    } else {
-      const bool backward_same = aligned && layer.activation == Activation::none;
-      if (tensor == "y")
-        exact = false, reduction_only = aligned;
-      else if (tensor == "db")
-        exact = !sp && backward_same, reduction_only = backward_same;
-      else
-        exact = backward_same, reduction_only = backward_same;
-    }
-  }
-  // A debug fallback GEMM reads the high-precision tensor where the rank
-  // holds it whole (the 1-rank run) but a dequantized FP8 copy where it was
-  // gathered: its result differs by quantization, not only by order.
-  if (multi) {
-    for (GemmKind g : layer.debug.fallback) {
-      const char* affected = g == GemmKind::fprop ? "y" : g == GemmKind::dgrad ? "dx" : "dw";
-      if (tensor == affected) exact = false, reduction_only = false;
-    }
-  }
-  if (exact) return {true, 0.0};
-  return {false, reduction_only ? tolerances().reduction : 2 * f64_bound(layer, tensor)};
-}
 
 std::string fmt_ranks(std::uint32_t n) {
   return std::to_string(n) + (n == 1 ? " rank" : " ranks");
 }
 
-// Producer -> consumer pairs end to end: the consumer reads the producer's
-// output on each rank, the producer's gradient is the consumer's dX. The
-// N-rank and 1-rank chains differ wherever either layer's do, so they are
-// compared within twice the float64 bound; errors compound along the chain,
-// so a float64 bound is the sum of the bounds of the GEMMs on the path.
+// The GEMM of `role` in a plan, or null.
+const GemmStep* gemm_of(const LayerPlan& plan, GemmRole role) {
+  for (const auto* pass : {&plan.forward, &plan.backward})
+    for (const auto& s : *pass)
+      if (const auto* g = s.as<GemmStep>(); g && g->role == role) return g;
+  return nullptr;
+}
+
+// The K extent of a GEMM (global: the one-rank plan's).
+std::uint64_t k_extent(const Layer& layer, GemmRole role, std::uint64_t tokens) {
+  return role == GemmRole::fprop ? layer.in : role == GemmRole::dgrad ? layer.out : tokens;
+}
+
+// One layer output and where it lives in the results and the plan.
+struct Field {
+  const char* name;
+  std::vector<float> RankStepResult::*values;
+  std::array<Dim, 2> RankStepResult::*dims;
+  int LayerIo::*io;
+  std::vector<double> ReferenceResult::*ref;
+  GemmRole role;  // the GEMM it comes from (db: none, role unused)
+};
+
+std::vector<Field> fields_of(const Layer& layer, const LayerPlan& plan) {
+  std::vector<Field> f = {
+      {"y", &RankStepResult::y, &RankStepResult::y_dims,
+       plan.io.y != kNoTensor ? &LayerIo::y : &LayerIo::y_fp8, &ReferenceResult::y,
+       GemmRole::fprop}};
+  if (plan.io.z != kNoTensor)
+    f.push_back({"z", &RankStepResult::z, &RankStepResult::z_dims, &LayerIo::z,
+                 &ReferenceResult::z, GemmRole::fprop});
+  f.push_back({"dx", &RankStepResult::dx, &RankStepResult::dx_dims, &LayerIo::dx,
+               &ReferenceResult::dx, GemmRole::dgrad});
+  f.push_back({"dw", &RankStepResult::dw, &RankStepResult::dw_dims, &LayerIo::dw,
+               &ReferenceResult::dw, GemmRole::wgrad});
+  if (layer.bias)
+    f.push_back({"db", &RankStepResult::db, &RankStepResult::db_dims, &LayerIo::db,
+                 &ReferenceResult::db, GemmRole::fprop});
+  return f;
+}
+
+// What the runs must capture for the bounds: the N-rank partials every sum
+// over the group reads, and the one-rank operands of the GEMMs they come from.
+void add_captures(const Layer& layer, const LayerPlan& pn, const LayerPlan& p1,
+                  std::vector<std::string>& capture_n, std::vector<std::string>& capture_1) {
+  for (const Field& f : fields_of(layer, pn)) {
+    const OutputOrigin o = trace_output(pn, pn.io.*f.io);
+    if (o.summed_partial == kNoTensor) continue;
+    capture_n.push_back(pn.tensor(o.summed_partial).name);
+    if (!o.gemm) continue;
+    if (const GemmStep* g1 = gemm_of(p1, o.gemm->role)) {
+      capture_1.push_back(p1.tensor(g1->a).name);
+      capture_1.push_back(p1.tensor(g1->b).name);
+    }
+  }
+  if (p1.io.y_scale != kNoTensor) capture_1.push_back(p1.tensor(p1.io.y_scale).name);
+}
+
+// The bound between the N-rank and one-rank values of a summed output:
+// the sum's own roundings and both runs' fp32 accumulations before the
+// store, then the store (verify_bounds.hpp).
+std::vector<double> summed_bound(const Layer& layer, const LayerPlan& pn, const LayerPlan& p1,
+                                 const OutputOrigin& o, const Field& f,
+                                 const std::vector<const RankStepResult*>& ranks_n,
+                                 const RankStepResult& one, const LayerData& data,
+                                 std::uint64_t tokens, const std::vector<float>& vn,
+                                 const std::vector<float>& v1) {
+  const std::size_t n = v1.size();
+  const std::uint32_t R = pn.ranks;
+  const double ud = unit_roundoff(pn.tensor(o.summed_partial).type);
+  DifferenceBeforeStore d;
+  d.before_store.assign(n, 0.0);
+  d.magnitude.assign(n, 0.0);
+  // sum_r |p_r|: every rank's partial covers the whole output.
+  const std::string partial = pn.tensor(o.summed_partial).name;
+  for (const auto* r : ranks_n) {
+    auto it = r->captured.find(partial);
+    if (it == r->captured.end() || it->second.logical.size() != n) return {};
+    for (std::size_t i = 0; i < n; ++i) d.magnitude[i] += std::fabs(double(it->second.logical[i]));
+  }
+  // sum_k |a_k b_k| of the GEMM (or |dz| <= L |dy| of a column sum).
+  std::vector<double> s(n, 0.0);
+  std::uint64_t k = tokens;
+  if (o.gemm) {
+    const GemmStep* g1 = gemm_of(p1, o.gemm->role);
+    if (!g1) return {};
+    auto a = one.captured.find(p1.tensor(g1->a).name);
+    auto b = one.captured.find(p1.tensor(g1->b).name);
+    if (a == one.captured.end() || b == one.captured.end()) return {};
+    s = abs_products(p1, *g1, a->second.logical, b->second.logical);
+    k = k_extent(layer, o.gemm->role, tokens);
+  } else if (o.column_sum) {
+    const double lip = activation_lipschitz(layer.activation);
+    for (std::size_t t = 0; t < tokens; ++t)
+      for (std::size_t j = 0; j < n; ++j) s[j] += lip * std::fabs(double(data.dy[t * n + j]));
+  }
+  if (s.size() != n) return {};
+  // The sum over the group (collectives/reduce.hpp: partials stored in the
+  // layer dtype, widened, summed in fp32 in rank order, rounded once): each
+  // partial's rounding (u_d |p_r|), the fp32 running sums ((R - 1) u32 sum
+  // |p_r|), the sum's own rounding where an epilogue step reads it (else it
+  // is the store, which store_bound adds); both runs' fp32 GEMM
+  // accumulations over K (gamma_K sum |a b| each).
+  const double u32 = unit_roundoff(ElemType::fp32);
+  const double sum_rounding = ud * (o.after_sum ? 2 : 1) + (R - 1.0) * u32;
+  for (std::size_t i = 0; i < n; ++i)
+    d.before_store[i] = sum_rounding * d.magnitude[i] * (1 + ud) + 2 * gamma_fp32(k) * s[i];
+  const Tensor& stored = pn.tensor(pn.io.*f.io);
+  double scale_inv = 1.0;
+  if (p1.io.y_scale != kNoTensor)
+    if (auto it = one.captured.find(p1.tensor(p1.io.y_scale).name);
+        it != one.captured.end() && !it->second.logical.empty() && it->second.logical[0] != 0)
+      scale_inv = 1.0 / std::fabs(double(it->second.logical[0]));
+  return store_bound(o, stored.type, d, vn, v1, scale_inv);
+}
+
+std::vector<float> float_bytes(const std::vector<std::uint8_t>& b) {
+  return std::vector<float>(b.begin(), b.end());
+}
+
+// Delayed scales and histories, key by key: a key on one side only, or any
+// bit of a scale or history entry, is a difference.
+CheckResult compare_state(const std::string& layer, const std::string& check, const LayerState& a,
+                          const LayerState& b) {
+  CheckResult c;
+  c.layer = layer;
+  c.check = check;
+  c.bitwise = true;
+  c.pass = true;
+  const auto mismatch = [&](const std::string& why) {
+    if (c.pass) c.why = why;
+    c.pass = false;
+    c.max_abs = INFINITY;
+  };
+  for (const auto& [key, v] : a.delayed) {
+    auto it = b.delayed.find(key);
+    if (it == b.delayed.end()) {
+      mismatch("'" + key + "' has delayed state on one side only");
+      continue;
+    }
+    std::vector<float> x{v.scale}, y{it->second.scale};
+    x.insert(x.end(), v.history.begin(), v.history.end());
+    y.insert(y.end(), it->second.history.begin(), it->second.history.end());
+    const CheckResult d = compare_bitwise(layer, check, x, y);
+    if (!d.pass) mismatch("'" + key + "': " + d.why + " (element 0 is the scale)");
+  }
+  for (const auto& [key, v] : b.delayed)
+    if (!a.delayed.count(key)) mismatch("'" + key + "' has delayed state on one side only");
+  return c;
+}
+
+// Keeps, per check name, the worst result over the steps (a FAIL's reason
+// from its first failing step).
+class Rows {
+ public:
+  explicit Rows(VerifyReport& report) : report_(report) {}
+  void add(CheckResult c) {
+    for (auto& r : rows_)
+      if (r.layer == c.layer && r.check == c.check) {
+        r.max_abs = std::max(r.max_abs, c.max_abs);
+        r.rel = std::max(r.rel, c.rel);
+        r.tolerance = std::max(r.tolerance, c.tolerance);
+        if (r.pass && !c.pass) r.why = c.why;
+        r.pass = r.pass && c.pass;
+        return;
+      }
+    rows_.push_back(std::move(c));
+  }
+  ~Rows() { report_.checks.insert(report_.checks.end(), rows_.begin(), rows_.end()); }
+
+ private:
+  VerifyReport& report_;
+  std::vector<CheckResult> rows_;
+};
+
+// One layer's runs, for one step: N ranks (empty when the layer runs on one
+// rank), the one-rank run, and the inputs this layer saw (x, dy handed over
+// in a chain).
+struct StepRuns {
+  std::vector<const RankStepResult*> n;
+  const RankStepResult* one = nullptr;
+  LayerData data;
+};
+
+void compare_step(const Layer& layer, const LayerPlan& pn, const LayerPlan& p1,
+                  std::uint64_t tokens, const StepRuns& s, const std::string& label, Rows& rows) {
+  const bool multi = pn.ranks > 1;
+  const std::string rn = fmt_ranks(pn.ranks);
+  const std::vector<const RankStepResult*> one = {s.one};
+  // float64, backward given each run's own pre-activation.
+  const auto reference = [&](const std::vector<float>& z) {
+    return reference_layer_step(layer, tokens, s.data, z.empty() ? nullptr : &z);
+  };
+  const Assembled z_n = multi ? assemble(s.n, &RankStepResult::z, &RankStepResult::z_dims)
+                              : Assembled{};
+  // The one-rank backward ran from the N-rank pre-activation (replaced).
+  const ReferenceResult ref_1 = reference(multi ? z_n.values : s.one->z);
+  const ReferenceResult ref_n = multi ? reference(z_n.values) : ReferenceResult{};
+  const auto norm = [](const std::vector<double>& v) {
+    double n = 0;
+    for (double x : v) n += x * x;
+    return std::sqrt(n);
+  };
+  const double z_over_y = ref_1.z.empty() || norm(ref_1.y) == 0 ? 1.0
+                                                                 : norm(ref_1.z) / norm(ref_1.y);
+  bool replicas = true;
+  for (const Field& f : fields_of(layer, pn)) {
+    const Assembled a1 = assemble(one, f.values, f.dims);
+    const double bound = float64_bound(layer, pn, f.name, z_over_y);
+    const double bound_1 = float64_bound(layer, p1, f.name, z_over_y);
+    if (multi) {
+      const Assembled an = assemble(s.n, f.values, f.dims);
+      replicas = replicas && an.replicas_agree;
+      const std::string check = std::string(f.name) + ": " + rn + " vs 1 rank" + label;
+      const OutputOrigin o = trace_output(pn, pn.io.*f.io);
+      if (o.summed_partial == kNoTensor) {
+        rows.add(compare_bitwise(layer.name, check, an.values, a1.values));
+      } else {
+        std::vector<double> b = summed_bound(layer, pn, p1, o, f, s.n, *s.one, s.data, tokens,
+                                             an.values, a1.values);
+        CheckResult c = compare_within(layer.name, check, an.values, a1.values, b);
+        if (b.empty()) c.why = "the bound's inputs were not captured", c.pass = false;
+        rows.add(c);
+      }
+      rows.add(compare_relative(layer.name, std::string(f.name) + ": " + rn + " vs float64" + label,
+                                an.values, ref_n.*f.ref, bound));
+    }
+    rows.add(compare_relative(
+        layer.name, std::string(f.name) + ": " + (multi ? "1 rank vs float64" : "vs float64") + label,
+        a1.values, ref_1.*f.ref, bound_1));
+  }
+  if (!multi) return;
+  CheckResult rep;
+  rep.layer = layer.name;
+  rep.check = "replicated outputs identical on all ranks" + label;
+  rep.bitwise = true;
+  rep.pass = replicas;
+  if (!replicas) rep.why = "a tensor every rank holds whole differs between ranks";
+  rows.add(rep);
+  if (layer.recipe.kind == RecipeKind::delayed) {
+    for (const auto* r : s.n)
+      rows.add(compare_state(layer.name, "delayed scales/histories identical on all ranks" + label,
+                             r->state, s.n[0]->state));
+    rows.add(compare_state(layer.name, "delayed scales/histories: " + rn + " vs 1 rank" + label,
+                           s.n[0]->state, s.one->state));
+  }
+}
+
+// The plans of a layer: at N ranks, and at one rank on the N-rank block grid.
+struct LayerPlans {
+  LayerPlan n, one;
+};
+
+LayerPlans plans_of(const Plan& plan_n, const Plan& plan_1, const std::string& layer) {
+  return {*plan_n.find(layer), *plan_1.find(layer)};
+}
+
+// The one-rank run's replacements for step s: the N-rank pre-activation.
+std::vector<Replacement> z_replacement(const LayerPlan& p1,
+                                       const std::vector<const RankStepResult*>& n) {
+  if (p1.io.z == kNoTensor || n.empty()) return {};
+  Replacement r;
+  r.when = Replacement::When::before_backward;
+  r.tensor = p1.io.z;
+  r.values = assemble(n, &RankStepResult::z, &RankStepResult::z_dims).values;
+  return {r};
+}
+
+std::vector<const RankStepResult*> step_of(const std::vector<std::vector<RankStepResult>>& runs,
+                                           std::size_t s) {
+  std::vector<const RankStepResult*> v;
+  for (const auto& r : runs) v.push_back(&r.at(s));
+  return v;
+}
+
+// Producer -> consumer pairs end to end: on each rank the consumer reads the
+// producer's output as it is, the producer's gradient is the consumer's dX.
+// The one-rank chain takes the N-rank chain's handed-over tensors (and
+// pre-activations), so each layer compares as it does alone.
 void verify_chains(const Spec& spec, const Plan& plan_n, const Plan& plan_1,
                    const VerifyOptions& options, VerifyReport& report) {
   for (std::size_t li = 0; li < spec.layers.size(); ++li) {
@@ -180,75 +367,154 @@ void verify_chains(const Spec& spec, const Plan& plan_n, const Plan& plan_1,
       data.push_back({random_layer_data(*first, options.tokens, seed),
                       random_layer_data(second, options.tokens, seed + 1)});
     }
-    const LayerPlan& a_n = *plan_n.find(first->name);
-    const LayerPlan& b_n = *plan_n.find(second.name);
-    std::vector<std::vector<ChainStepResult>> run_n, run_1;
+    const LayerPlans a = plans_of(plan_n, plan_1, first->name);
+    const LayerPlans b = plans_of(plan_n, plan_1, second.name);
+    const bool multi = a.n.ranks > 1;
+    ExecutorOptions en = options.executor, e1 = options.executor;
+    e1.skip_collective_on_rank = -1;
+    add_captures(*first, a.n, a.one, en.capture, e1.capture);
+    add_captures(second, b.n, b.one, en.capture, e1.capture);
+    const int y_out = a.n.io.y != kNoTensor ? a.n.io.y : a.n.io.y_fp8;
+    en.capture.push_back(a.n.tensor(y_out).name);
+    if (a.n.io.y_amax != kNoTensor) en.capture.push_back(a.n.tensor(a.n.io.y_amax).name);
+    std::vector<std::vector<ChainStepResult>> run_n;
     try {
-      run_n = run_chain(*first, a_n, second, b_n, data, options.executor);
+      if (multi) run_n = run_chain(*first, a.n, second, b.n, data, en);
     } catch (const ExecutorError& e) {
       report.notes.push_back("chain " + name + " not run: " + e.what());
       continue;
     }
-    ExecutorOptions one = options.executor;
-    one.skip_collective_on_rank = -1;
-    run_1 =
-        run_chain(*first, *plan_1.find(first->name), second, *plan_1.find(second.name), data, one);
-    const std::string rn = fmt_ranks(a_n.ranks);
-    std::vector<CheckResult> rows;
-    for (std::uint32_t s = 0; s < options.steps; ++s) {
-      const auto ref = reference_chain_step(*first, second, options.tokens, data[s]);
-      struct Field {
-        std::string label;
-        bool second_layer;
-        std::vector<float> RankStepResult::*values;
-        std::array<Dim, 2> RankStepResult::*dims;
-        const std::vector<double>* ref;
-        double bound;
-      };
-      const double y1 = f64_bound(*first, "y"), y2 = f64_bound(second, "y");
-      const double dx2 = f64_bound(second, "dx");
-      std::vector<Field> fields = {
-          {"y (" + second.name + ")", true, &RankStepResult::y, &RankStepResult::y_dims,
-           &ref.second.y, y1 + y2},
-          {"dx (" + first->name + ")", false, &RankStepResult::dx, &RankStepResult::dx_dims,
-           &ref.first.dx, dx2 + f64_bound(*first, "dx")},
-          {"dw (" + first->name + ")", false, &RankStepResult::dw, &RankStepResult::dw_dims,
-           &ref.first.dw, dx2 + f64_bound(*first, "dw")},
-          {"dw (" + second.name + ")", true, &RankStepResult::dw, &RankStepResult::dw_dims,
-           &ref.second.dw, y1 + f64_bound(second, "dw")}};
-      std::size_t index = 0;
-      auto record = [&](const std::string& check, const Diff& d, double tol) {
-        const bool pass = d.rel <= tol && std::isfinite(d.rel);
-        if (rows.size() <= index) {
-          rows.push_back(CheckResult{name, check, d.max_abs, d.rel, tol, false, pass});
-        } else {
-          auto& c = rows[index];
-          c.max_abs = std::max(c.max_abs, d.max_abs);
-          c.rel = std::max(c.rel, d.rel);
-          c.pass = c.pass && pass;
-        }
-        ++index;
-      };
-      for (const auto& f : fields) {
-        std::vector<const RankStepResult*> rs_n, rs_1;
-        for (const auto& r : run_n) rs_n.push_back(f.second_layer ? &r[s].second : &r[s].first);
-        rs_1.push_back(f.second_layer ? &run_1[0][s].second : &run_1[0][s].first);
-        const Assembled an = assemble(rs_n, f.values, f.dims);
-        const Assembled a1 = assemble(rs_1, f.values, f.dims);
-        record(f.label + ": " + rn + " vs 1 rank", diff(an.values, a1.values), 2 * f.bound);
-        record(f.label + ": " + rn + " vs float64", diff(an.values, *f.ref), f.bound);
-        record(f.label + ": 1 rank vs float64", diff(a1.values, *f.ref), f.bound);
+    // The one-rank chain's replacements, step by step.
+    std::vector<ChainReplacements> replace(options.steps);
+    for (std::size_t s = 0; multi && s < options.steps; ++s) {
+      std::vector<const RankStepResult*> rn_a, rn_b;
+      for (const auto& r : run_n) {
+        rn_a.push_back(&r[s].first);
+        rn_b.push_back(&r[s].second);
       }
+      replace[s].first = z_replacement(a.one, rn_a);
+      replace[s].second = z_replacement(b.one, rn_b);
+      // The consumer's input: the producer's output as the N ranks held it.
+      std::vector<const std::vector<float>*> shards;
+      std::vector<std::vector<float>> bytes;
+      std::vector<std::array<Dim, 2>> dims;
+      float amax = 0.0f;
+      for (const auto* r : rn_a) {
+        const auto& c = r->captured.at(a.n.tensor(y_out).name);
+        bytes.push_back(a.n.tensor(y_out).is_fp8() ? float_bytes(c.bytes) : c.logical);
+        dims.push_back(a.n.tensor(y_out).dims);
+        if (a.n.io.y_amax != kNoTensor)
+          amax = std::max(amax, r->captured.at(a.n.tensor(a.n.io.y_amax).name).logical.at(0));
+      }
+      for (const auto& v : bytes) shards.push_back(&v);
+      const Assembled x = assemble_shards(shards, dims);
+      Replacement rx;
+      rx.when = Replacement::When::before_forward;
+      if (b.one.io.x_fp8 != kNoTensor) {
+        rx.tensor = b.one.io.x_fp8;
+        rx.bytes.assign(x.values.begin(), x.values.end());
+        Replacement ra;
+        ra.when = Replacement::When::before_forward;
+        ra.tensor = b.one.io.x_amax;
+        ra.values = {amax};
+        replace[s].second.push_back(ra);
+      } else {
+        rx.tensor = b.one.io.x;
+        rx.values = x.values;
+      }
+      replace[s].second.push_back(rx);
+      // The producer's dY: the consumer's dX as the N ranks computed it.
+      Replacement rd;
+      rd.when = Replacement::When::before_backward;
+      rd.tensor = a.one.io.dy;
+      rd.values = assemble(rn_b, &RankStepResult::dx, &RankStepResult::dx_dims).values;
+      replace[s].first.push_back(rd);
     }
-    report.checks.insert(report.checks.end(), rows.begin(), rows.end());
+    const auto run_1 = run_chain(*first, a.one, second, b.one, data, e1, replace);
+    Rows rows(report);
+    for (std::uint32_t s = 0; s < options.steps; ++s) {
+      StepRuns ra, rb;
+      for (const auto& r : run_n) {
+        ra.n.push_back(&r[s].first);
+        rb.n.push_back(&r[s].second);
+      }
+      ra.one = &run_1[0][s].first;
+      rb.one = &run_1[0][s].second;
+      // What each layer saw: the consumer the producer's output, the
+      // producer the consumer's dX, as the N ranks computed them (the
+      // one-rank chain took those: the replacements).
+      ra.data = data[s].first;
+      rb.data = data[s].second;
+      if (multi) {
+        ra.data.dy = assemble(rb.n, &RankStepResult::dx, &RankStepResult::dx_dims).values;
+        rb.data.x = assemble(ra.n, &RankStepResult::y, &RankStepResult::y_dims).values;
+      } else {
+        ra.data.dy = run_1[0][s].second.dx;
+        rb.data.x = run_1[0][s].first.y;
+      }
+      compare_step(*first, a.n, a.one, options.tokens, ra, " [" + name + "]", rows);
+      compare_step(second, b.n, b.one, options.tokens, rb, " [" + name + "]", rows);
+    }
   }
 }
 
 }  // namespace
 
-const Tolerances& tolerances() {
-  static const Tolerances t;
-  return t;
+double float64_bound(const Layer& layer, const LayerPlan& plan, const std::string& tensor,
+                     double z_over_y) {
+  const double ud = unit_roundoff(elem_type(layer.dtype));
+  const double u32 = unit_roundoff(ElemType::fp32);
+  const bool db = tensor == "db";
+  const GemmRole role = tensor == "dx" ? GemmRole::dgrad
+                        : tensor == "dw" ? GemmRole::wgrad
+                                         : GemmRole::fprop;
+  // The GEMM's operands: each quantized value is within u of its format of
+  // the value it stands for; the RMS relative error of such a rounding is at
+  // most u / sqrt(3), and of a product of two independently rounded
+  // operands sqrt(ua^2 + ub^2) / sqrt(3). The bound takes sqrt(ua^2 + ub^2)
+  // (a sqrt(3) margin).
+  double gemm = 0.0;
+  // K: the GEMM's; a column sum's is the tokens.
+  std::uint64_t k = plan.tensor(plan.io.dy).dims[0].global;
+  const GemmStep* g = db ? nullptr : gemm_of(plan, role);
+  if (g && !g->high_precision) {
+    const double ua = unit_roundoff(plan.tensor(g->a).type);
+    const double ub = unit_roundoff(plan.tensor(g->b).type);
+    gemm = std::sqrt(ua * ua + ub * ub);
+  }
+  if (g) {
+    const Tensor& a = plan.tensor(g->a);
+    k = a.dims[static_cast<std::size_t>(role == GemmRole::wgrad ? 0 : 1)].global;
+  }
+  // fp32 accumulation: independent roundings grow as sqrt(K) u32 (2x).
+  const double accumulation = 2 * std::sqrt(double(std::max<std::uint64_t>(k, 1))) * u32;
+  // A sum over the group: 2R - 1 roundings of partials and running sums in
+  // the layer dtype, each at most u of the partials' magnitude.
+  double sum = 0.0;
+  const int LayerIo::*field = tensor == "y"    ? (plan.io.y != kNoTensor ? &LayerIo::y : &LayerIo::y_fp8)
+                              : tensor == "z"  ? &LayerIo::z
+                              : tensor == "dx" ? &LayerIo::dx
+                              : tensor == "dw" ? &LayerIo::dw
+                                               : &LayerIo::db;
+  const int id = plan.io.*field;
+  if (id != kNoTensor && trace_output(plan, id).summed_partial != kNoTensor)
+    sum = (2.0 * plan.ranks - 1) * ud;
+  // The store: the layer dtype, or an FP8 output's format.
+  const double store = id != kNoTensor && plan.tensor(id).is_fp8()
+                           ? unit_roundoff(plan.tensor(id).type)
+                           : unit_roundoff(id != kNoTensor ? plan.tensor(id).type : elem_type(layer.dtype));
+  if (db) return sum + 2 * ud + accumulation;  // a column sum of dz given z
+  const double before_store = gemm + sum + accumulation;
+  if (tensor == "z") return before_store + store;
+  if (tensor == "y")
+    // |act(z') - act(z)| <= L |z' - z|: relative to ||y||, z's error grows
+    // by L ||z|| / ||y|| (measured from the float64 reference).
+    return activation_lipschitz(layer.activation) * (layer.activation == Activation::none ? 1.0 : z_over_y) *
+               before_store +
+           store;
+  // dx, dw given z: dz is exact in the reference, rounded (to the backward
+  // format, or to the layer dtype) in the run.
+  return before_store + ud + store;
 }
 
 bool VerifyReport::passed() const {
@@ -263,14 +529,6 @@ VerifyReport verify_spec(const Spec& spec, const VerifyOptions& options) {
   if (!options.layer.empty() && !spec.find_layer(options.layer))
     throw VerifyError("no layer '" + options.layer + "'");
   if (options.steps == 0) throw VerifyError("--steps must be at least 1");
-  PlanOptions many;
-  many.ranks = options.ranks;
-  many.tokens = options.tokens;
-  PlanOptions one;
-  one.ranks = 1;
-  one.tokens = options.tokens;
-  const Plan plan_n = plan_spec(spec, many);
-  const Plan plan_1 = plan_spec(spec, one);
   // Refuse before running anything: a layer too large for CPU ranks.
   for (const Layer& layer : spec.layers) {
     if (!options.layer.empty() && layer.name != options.layer) continue;
@@ -283,100 +541,50 @@ VerifyReport verify_spec(const Spec& spec, const VerifyOptions& options) {
       throw VerifyError(m.str());
     }
   }
+  PlanOptions many;
+  many.ranks = options.ranks;
+  many.tokens = options.tokens;
+  const Plan plan_n = plan_spec(spec, many);
+  // The one-rank plans, each on its layer's N-rank block grid.
+  Plan plan_1;
+  plan_1.tokens = options.tokens;
+  for (const LayerPlan& lp : plan_n.layers) {
+    PlanOptions one;
+    one.ranks = 1;
+    one.tokens = options.tokens;
+    if (lp.ranks > 1) one.block_grid_ranks = lp.ranks;
+    plan_1.layers.push_back(*plan_spec(spec, one).find(lp.layer));
+  }
   VerifyReport report;
   for (std::size_t li = 0; li < spec.layers.size(); ++li) {
     const Layer& layer = spec.layers[li];
     if (!options.layer.empty() && layer.name != options.layer) continue;
-    LayerPlan pn = *plan_n.find(layer.name);
-    if (options.edit_plan) options.edit_plan(pn);
-    const LayerPlan& p1 = *plan_1.find(layer.name);
+    LayerPlans plans = plans_of(plan_n, plan_1, layer.name);
+    if (options.edit_plan) options.edit_plan(plans.n);
+    const bool multi = plans.n.ranks > 1;
     std::vector<LayerData> data;
     for (std::uint32_t s = 0; s < options.steps; ++s)
       data.push_back(
           random_layer_data(layer, options.tokens, options.seed * 1000003 + li * 7919 + s));
-    ExecutorOptions one_exec = options.executor;
-    one_exec.skip_plan_check = false;
-    one_exec.skip_collective_on_rank = -1;
-    const auto run_n = run_layer(layer, pn, data, options.executor);
-    const auto run_1 = run_layer(layer, p1, data, one_exec);
-    const std::string rn = fmt_ranks(pn.ranks);
-    struct Row {
-      CheckResult c;
-      bool first = true;
-    };
-    std::vector<Row> rows;
-    auto record = [&](std::size_t index, const std::string& check, const Diff& d, bool bitwise,
-                      double tol) {
-      if (rows.size() <= index) rows.resize(index + 1);
-      auto& row = rows[index];
-      auto& c = row.c;
-      const bool pass = bitwise ? d.identical : (d.rel <= tol && std::isfinite(d.rel));
-      if (row.first) {
-        c = CheckResult{layer.name, check, d.max_abs, d.rel, tol, bitwise, pass};
-        row.first = false;
-      } else {
-        c.max_abs = std::max(c.max_abs, d.max_abs);
-        c.rel = std::max(c.rel, d.rel);
-        c.pass = c.pass && pass;
-      }
-    };
-    for (std::uint32_t s = 0; s < options.steps; ++s) {
-      std::vector<const RankStepResult*> ranks_n, ranks_1;
-      for (const auto& r : run_n) ranks_n.push_back(&r[s]);
-      ranks_1.push_back(&run_1[0][s]);
-      const ReferenceResult ref = reference_layer_step(layer, options.tokens, data[s]);
-      struct Field {
-        const char* name;
-        std::vector<float> RankStepResult::*values;
-        std::array<Dim, 2> RankStepResult::*dims;
-        const std::vector<double>* ref;
-      };
-      std::vector<Field> fields = {{"y", &RankStepResult::y, &RankStepResult::y_dims, &ref.y},
-                                   {"dx", &RankStepResult::dx, &RankStepResult::dx_dims, &ref.dx},
-                                   {"dw", &RankStepResult::dw, &RankStepResult::dw_dims, &ref.dw}};
-      if (layer.bias)
-        fields.push_back({"db", &RankStepResult::db, &RankStepResult::db_dims, &ref.db});
-      std::size_t index = 0;
-      bool replicas = true;
-      for (const auto& f : fields) {
-        const Assembled an = assemble(ranks_n, f.values, f.dims);
-        const Assembled a1 = assemble(ranks_1, f.values, f.dims);
-        replicas = replicas && an.replicas_agree;
-        const Expectation e = expect(layer, pn, f.name);
-        record(index++, std::string(f.name) + ": " + rn + " vs 1 rank", diff(an.values, a1.values),
-               e.exact, e.tolerance);
-        const double bound = f64_bound(layer, f.name);
-        record(index++, std::string(f.name) + ": " + rn + " vs float64", diff(an.values, *f.ref),
-               false, bound);
-        record(index++, std::string(f.name) + ": 1 rank vs float64", diff(a1.values, *f.ref), false,
-               bound);
-      }
-      Diff rep;
-      rep.identical = replicas;
-      record(index++, "replicated outputs identical on all ranks", rep, true, 0.0);
-      if (layer.recipe.kind == RecipeKind::delayed) {
-        // Scales and amax histories: the same on every rank, and the 1-rank run's.
-        Diff across, vs1;
-        for (const auto* r : ranks_n)
-          across.identical = across.identical && r->state == ranks_n[0]->state;
-        std::vector<float> a, b;
-        for (const auto& [k, v] : ranks_n[0]->state.delayed) {
-          a.push_back(v.scale);
-          a.insert(a.end(), v.history.begin(), v.history.end());
-        }
-        for (const auto& [k, v] : ranks_1[0]->state.delayed) {
-          b.push_back(v.scale);
-          b.insert(b.end(), v.history.begin(), v.history.end());
-        }
-        vs1 = diff(a, b);
-        record(index++, "delayed scales/histories identical on all ranks", across, true, 0.0);
-        const bool exact = layer.mode == ParallelMode::column ||
-                           layer.activation == Activation::none || pn.ranks == 1;
-        record(index++, "delayed scales/histories: " + rn + " vs 1 rank", vs1, exact,
-               tolerances().reduction);
-      }
+    ExecutorOptions en = options.executor, e1 = options.executor;
+    e1.skip_plan_check = false;
+    e1.skip_collective_on_rank = -1;
+    add_captures(layer, plans.n, plans.one, en.capture, e1.capture);
+    std::vector<std::vector<RankStepResult>> run_n;
+    if (multi) {
+      run_n = run_layer(layer, plans.n, data, en);
+      for (std::uint32_t s = 0; s < options.steps; ++s)
+        e1.replace.push_back(z_replacement(plans.one, step_of(run_n, s)));
     }
-    for (auto& r : rows) report.checks.push_back(r.c);
+    const auto run_1 = run_layer(layer, plans.one, data, e1);
+    Rows rows(report);
+    for (std::uint32_t s = 0; s < options.steps; ++s) {
+      StepRuns r;
+      if (multi) r.n = step_of(run_n, s);
+      r.one = &run_1[0][s];
+      r.data = data[s];
+      compare_step(layer, plans.n, plans.one, options.tokens, r, "", rows);
+    }
   }
   if (options.chains && !options.edit_plan) verify_chains(spec, plan_n, plan_1, options, report);
   return report;
@@ -395,7 +603,10 @@ std::string format_report(const VerifyReport& report) {
       o << "bitwise";
     else
       o << c.tolerance;
-    o << std::defaultfloat << "  " << (c.pass ? "pass" : "FAIL") << "\n";
+    o << std::defaultfloat << "  " << (c.pass ? "pass" : "FAIL");
+    if (c.elementwise) o << " (per element)";
+    if (!c.pass && !c.why.empty()) o << ": " << c.why;
+    o << "\n";
   }
   for (const auto& n : report.notes) o << "note: " << n << "\n";
   return o.str();
@@ -412,9 +623,20 @@ std::string report_to_json(const VerifyReport& report) {
     else
       o << "null";
   };
+  const auto text = [&](const std::string& s) {
+    o << '"';
+    for (char ch : s) {
+      if (ch == '"' || ch == '\\') o << '\\';
+      o << (static_cast<unsigned char>(ch) < 0x20 ? ' ' : ch);
+    }
+    o << '"';
+  };
   for (const auto& c : report.checks) {
-    o << (first ? "\n" : ",\n") << "  {\"layer\": \"" << c.layer << "\", \"check\": \"" << c.check
-      << "\", \"max_abs\": ";
+    o << (first ? "\n" : ",\n") << "  {\"layer\": ";
+    text(c.layer);
+    o << ", \"check\": ";
+    text(c.check);
+    o << ", \"max_abs\": ";
     num(c.max_abs);
     o << ", \"rel\": ";
     num(c.rel);
@@ -423,7 +645,13 @@ std::string report_to_json(const VerifyReport& report) {
       o << "\"bitwise\"";
     else
       num(c.tolerance);
-    o << ", \"pass\": " << (c.pass ? "true" : "false") << "}";
+    o << ", \"per_element\": " << (c.elementwise ? "true" : "false")
+      << ", \"pass\": " << (c.pass ? "true" : "false");
+    if (!c.why.empty()) {
+      o << ", \"why\": ";
+      text(c.why);
+    }
+    o << "}";
     first = false;
   }
   o << "\n]}\n";

@@ -5,7 +5,9 @@
 #include <optional>
 
 #include "codegen/plan/planner.hpp"
+#include "runtime/comm/device_communicator.hpp"
 #include "runtime/cpu/reference.hpp"
+#include "runtime/cpu/verify_bounds.hpp"
 #include "runtime/gpu/kernel_set.hpp"
 #include "runtime/gpu/rank_executor.hpp"
 #include "runtime/gpu/run_layer.hpp"
@@ -13,41 +15,14 @@
 namespace fp8c::runtime {
 namespace {
 
-cpu::CheckResult compare(const std::string& layer, const std::string& check,
-                         const std::vector<float>& gpu, const std::vector<float>& ref,
-                         double tolerance, bool bitwise) {
-  cpu::CheckResult c;
-  c.layer = layer;
-  c.check = check;
-  c.tolerance = tolerance;
-  c.bitwise = bitwise;
-  if (gpu.size() != ref.size()) {
-    c.max_abs = INFINITY;
-    c.rel = INFINITY;
-    c.check +=
-        " (sizes differ: " + std::to_string(gpu.size()) + " vs " + std::to_string(ref.size()) + ")";
-    return c;
-  }
-  double diff = 0, norm = 0;
-  bool same_bits = true;
-  for (std::size_t i = 0; i < gpu.size(); ++i) {
-    const double d = double(gpu[i]) - double(ref[i]);
-    if (std::isnan(gpu[i]) != std::isnan(ref[i])) same_bits = false;
-    if (!std::isnan(d)) {
-      c.max_abs = std::max(c.max_abs, std::fabs(d));
-      diff += d * d;
-      norm += double(ref[i]) * double(ref[i]);
-    }
-    if (std::memcmp(&gpu[i], &ref[i], 4) != 0) same_bits = false;
-  }
-  c.rel = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
-  c.pass = bitwise ? same_bits : c.rel <= tolerance;
-  if (!bitwise) {
-    // NaN where the reference has none (or the reverse) is never within tolerance.
-    for (std::size_t i = 0; i < gpu.size() && c.pass; ++i)
-      if (std::isnan(gpu[i]) != std::isnan(ref[i])) c.pass = false;
-  }
-  return c;
+// The GPU evaluates GELU and SiLU (and their derivatives) with fast
+// intrinsics (tanh.approx, ex2.approx: relative errors below 2^-10.9 and
+// 2^-22), cuBLASLt's GELU epilogue with its own formula: the two sides'
+// act and act' may differ by this much, relative to the pre-activation.
+constexpr double kActEvaluation = 0x1p-10;
+
+double act_error(Activation a) {
+  return a == Activation::gelu || a == Activation::silu ? kActEvaluation : 0.0;
 }
 
 // FP8 data and scales quantized straight from the step's inputs: the same
@@ -55,29 +30,235 @@ cpu::CheckResult compare(const std::string& layer, const std::string& check,
 std::vector<std::string> exact_tensors(const LayerPlan& plan) {
   std::vector<std::string> names;
   for (const Step& s : plan.forward) {
-    if (s.kind != StepKind::quantize) continue;
-    if (!plan.tensor(s.inputs[0]).external) continue;
-    for (int id : s.outputs) {
+    const auto* q = s.as<QuantizeStep>();
+    if (!q || !plan.tensor(q->src).external) continue;
+    for (int id : {q->rowwise, q->columnwise}) {
+      if (id == kNoTensor) continue;
       const Tensor& t = plan.tensor(id);
-      if (t.is_fp8()) {
-        names.push_back(t.name);
-        if (t.scale >= 0 && t.scaling != Scaling::per_tensor)
-          names.push_back(plan.tensor(t.scale).name);
-      }
+      names.push_back(t.name);
+      if (t.block_scaled()) names.push_back(plan.tensor(t.scale).name);
     }
   }
   return names;
 }
 
-std::vector<float> as_floats(const std::vector<std::uint8_t>& bytes) {
-  std::vector<float> v(bytes.size());
-  for (std::size_t i = 0; i < bytes.size(); ++i) v[i] = bytes[i];
-  return v;
+// What the bounds read on both sides: every GEMM's operands, every partial
+// a sum over the group reads, the sources of the column sums (dbias), and
+// the FP8 output's scale.
+std::vector<std::string> bound_tensors(const LayerPlan& plan) {
+  std::vector<std::string> names = exact_tensors(plan);
+  for (const auto* pass : {&plan.forward, &plan.backward})
+    for (const Step& s : *pass) {
+      if (const auto* g = s.as<GemmStep>()) {
+        names.push_back(plan.tensor(g->a).name);
+        names.push_back(plan.tensor(g->b).name);
+      } else if (s.kind() == StepKind::reduce_scatter || s.kind() == StepKind::all_reduce) {
+        names.push_back(plan.tensor(s.inputs().at(0)).name);
+      } else if (const auto* q = s.as<QuantizeStep>(); q && q->dbias != kNoTensor) {
+        names.push_back(plan.tensor(q->src).name);
+      } else if (const auto* e = s.as<GradEpilogueStep>(); e && e->dbias != kNoTensor) {
+        names.push_back(plan.tensor(e->dy).name);
+      }
+    }
+  if (plan.io.y_scale != kNoTensor) names.push_back(plan.tensor(plan.io.y_scale).name);
+  return names;
 }
 
-}  // namespace
+const std::vector<float>& logical(const cpu::RankStepResult& r, const std::string& name) {
+  static const std::vector<float> none;
+  auto it = r.captured.find(name);
+  return it == r.captured.end() ? none : it->second.logical;
+}
 
-namespace {
+std::vector<float> abs_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  std::vector<float> d(a.size());
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
+    d[i] = static_cast<float>(std::fabs(double(a[i]) - double(b[i])) * (1 + 0x1p-22));
+  return d;
+}
+
+// |C_gpu - C_cpu| of one rank's GEMM before the store: the operands'
+// differences (an FP8 code the other side rounded differently, an operand
+// the GPU dequantized to the layer dtype), and both sides' fp32
+// accumulations in different orders.
+std::vector<double> gemm_difference(const Layer& layer, const LayerPlan& plan, const GemmStep& g,
+                                    const cpu::RankStepResult& gpu, const cpu::RankStepResult& cpu) {
+  const std::string an = plan.tensor(g.a).name, bn = plan.tensor(g.b).name;
+  const auto &ag = logical(gpu, an), &ac = logical(cpu, an);
+  const auto &bg = logical(gpu, bn), &bc = logical(cpu, bn);
+  if (ag.empty() || ac.empty() || bg.empty() || bc.empty()) return {};
+  const std::vector<double> sg = cpu::abs_products(plan, g, ag, bg);
+  const std::vector<double> sc = cpu::abs_products(plan, g, ac, bc);
+  const std::vector<double> da = cpu::abs_products(plan, g, abs_difference(ag, ac), bc);
+  const std::vector<double> db = cpu::abs_products(plan, g, ag, abs_difference(bg, bc));
+  const Tensor& a = plan.tensor(g.a);
+  const std::uint64_t k = a.dims[static_cast<std::size_t>(g.role == GemmRole::wgrad ? 0 : 1)].local;
+  // Block-scaled operands the GPU dequantized to the layer dtype first: one
+  // more rounding of each operand (codegen/lower).
+  const bool dequantized = a.block_scaled() || plan.tensor(g.b).block_scaled();
+  const double ud = cpu::unit_roundoff(elem_type(layer.dtype));
+  std::vector<double> e(sg.size());
+  for (std::size_t i = 0; i < e.size(); ++i)
+    e[i] = da[i] + db[i] + cpu::gamma_fp32(k) * (sg[i] + sc[i]) +
+           (dequantized ? 2.1 * ud * sg[i] : 0.0);
+  return e;
+}
+
+// |column sums of dz on the GPU - on the CPU| of one rank: dz = dy act'(z)
+// evaluated differently, then summed in different orders.
+std::vector<double> column_sum_difference(const Layer& layer, const LayerPlan& plan,
+                                          int source, const cpu::RankStepResult& cpu) {
+  const std::vector<float>& dy = logical(cpu, plan.tensor(source).name);
+  const std::size_t rows = plan.tensor(source).dims[0].local, cols = plan.tensor(source).dims[1].local;
+  if (dy.size() != rows * cols) return {};
+  const double lip = cpu::activation_lipschitz(layer.activation);
+  std::vector<double> e(cols, 0.0);
+  for (std::size_t t = 0; t < rows; ++t)
+    for (std::size_t j = 0; j < cols; ++j) {
+      const double v = std::fabs(double(dy[t * cols + j]));
+      e[j] += v * (act_error(layer.activation) + 2 * cpu::gamma_fp32(rows) * lip);
+    }
+  return e;
+}
+
+// The source tensor of a column sum (dbias) output.
+int column_sum_source(const LayerPlan& plan, int dbias) {
+  for (const Step& s : plan.backward) {
+    if (const auto* q = s.as<QuantizeStep>(); q && q->dbias == dbias) return q->src;
+    if (const auto* e = s.as<GradEpilogueStep>(); e && e->dbias == dbias) return e->dy;
+  }
+  return kNoTensor;
+}
+
+// One rank's (before-store) difference of the value a field comes from.
+std::vector<double> rank_difference(const Layer& layer, const LayerPlan& plan,
+                                    const cpu::OutputOrigin& o, int partial_or_output,
+                                    const cpu::RankStepResult& gpu, const cpu::RankStepResult& cpu) {
+  if (o.gemm) return gemm_difference(layer, plan, *o.gemm, gpu, cpu);
+  if (o.column_sum)
+    return column_sum_difference(layer, plan, column_sum_source(plan, partial_or_output), cpu);
+  return {};
+}
+
+// Rows [first, first + rows) of a [full rows][cols] vector: a rank's shard of
+// an output reduce-scattered along its first dim.
+std::vector<double> shard_rows(const std::vector<double>& full, const Tensor& out, int rank) {
+  if (!out.dims[0].sharded()) return full;
+  const std::size_t cols = out.dims[1].local, rows = out.dims[0].local;
+  const auto first = static_cast<std::size_t>(rank) * rows * cols;
+  return std::vector<double>(full.begin() + static_cast<std::ptrdiff_t>(first),
+                             full.begin() + static_cast<std::ptrdiff_t>(first + rows * cols));
+}
+
+struct Field {
+  const char* name;
+  std::vector<float> cpu::RankStepResult::*values;
+  int LayerIo::*io;
+};
+
+std::vector<Field> fields_of(const Layer& layer, const LayerPlan& plan) {
+  std::vector<Field> f = {
+      {"y", &cpu::RankStepResult::y, plan.io.y != kNoTensor ? &LayerIo::y : &LayerIo::y_fp8}};
+  if (plan.io.z != kNoTensor) f.push_back({"z", &cpu::RankStepResult::z, &LayerIo::z});
+  f.push_back({"dx", &cpu::RankStepResult::dx, &LayerIo::dx});
+  f.push_back({"dw", &cpu::RankStepResult::dw, &LayerIo::dw});
+  if (layer.bias) f.push_back({"db", &cpu::RankStepResult::db, &LayerIo::db});
+  return f;
+}
+
+// Rank `rank`'s GPU results against the CPU reference's (which took the
+// GPU's pre-activation), step `s`. `summed_difference(field)`: the whole
+// group's GEMM differences for a field summed over the group.
+template <typename Summed>
+void compare_rank(cpu::VerifyReport& report, const Layer& layer, const LayerPlan& plan,
+                  const cpu::RankStepResult& gpu, const cpu::RankStepResult& cpu, int rank,
+                  std::size_t step, const std::string& where, Summed&& summed_difference) {
+  const std::string at = " rank " + std::to_string(rank) + " step " + std::to_string(step) + where;
+  for (const auto& [name, c] : cpu.captured) {
+    if (name.empty()) continue;
+    bool exact = false;
+    for (const auto& e : exact_tensors(plan)) exact = exact || e == name;
+    if (!exact) continue;
+    auto it = gpu.captured.find(name);
+    const std::vector<std::uint8_t> none;
+    const auto& gb = it == gpu.captured.end() ? none : it->second.bytes;
+    report.checks.push_back(cpu::compare_bitwise(
+        layer.name, name + " bytes: gpu vs cpu" + at, std::vector<float>(gb.begin(), gb.end()),
+        std::vector<float>(c.bytes.begin(), c.bytes.end())));
+  }
+  double scale_inv = 1.0;
+  if (plan.io.y_scale != kNoTensor)
+    if (const auto& s = logical(cpu, plan.tensor(plan.io.y_scale).name); !s.empty() && s[0] != 0)
+      scale_inv = 1.0 / std::fabs(double(s[0]));
+  const double ud = cpu::unit_roundoff(elem_type(layer.dtype));
+  for (const Field& f : fields_of(layer, plan)) {
+    const int id = plan.io.*f.io;
+    const cpu::OutputOrigin o = cpu::trace_output(plan, id);
+    const std::vector<float>& g = gpu.*f.values;
+    const std::vector<float>& c = cpu.*f.values;
+    cpu::DifferenceBeforeStore d;
+    if (o.summed_partial == kNoTensor) {
+      d.before_store = rank_difference(layer, plan, o, id, gpu, cpu);
+      d.magnitude.assign(d.before_store.size(), 0.0);
+    } else {
+      // Every rank's difference, plus each side's roundings of the partials
+      // and running sums (2R - 1 each, relative to sum |p_r|).
+      std::vector<double> magnitude;
+      std::vector<double> full = summed_difference(f, o, magnitude);
+      if (!full.empty()) {
+        for (std::size_t i = 0; i < full.size(); ++i)
+          full[i] += 2 * (2.0 * plan.ranks - 1) * ud * magnitude[i] * (1 + ud);
+        d.before_store = shard_rows(full, plan.tensor(id), rank);
+        d.magnitude = shard_rows(magnitude, plan.tensor(id), rank);
+      }
+    }
+    cpu::CheckResult r;
+    const std::string check = std::string(f.name) + ": gpu vs cpu" + at;
+    if (d.before_store.size() != c.size()) {
+      r.layer = layer.name;
+      r.check = check;
+      r.why = "the bound's inputs were not captured";
+    } else {
+      r = cpu::compare_within(layer.name, check, g, c,
+                              cpu::store_bound(o, plan.tensor(id).type, d, g, c, scale_inv,
+                                               act_error(layer.activation)));
+    }
+    report.checks.push_back(r);
+  }
+  // Delayed state, key by key: bit for bit, but dz's amax (and so its
+  // history and scale) within kActEvaluation-driven 2^-9 where the GPU
+  // evaluates act' differently.
+  for (const auto& [key, want] : cpu.state.delayed) {
+    auto it = gpu.state.delayed.find(key);
+    const std::string check = "state '" + key + "': gpu vs cpu" + at;
+    if (it == gpu.state.delayed.end()) {
+      cpu::CheckResult r;
+      r.layer = layer.name;
+      r.check = check;
+      r.why = "no delayed state for '" + key + "' on the GPU";
+      report.checks.push_back(r);
+      continue;
+    }
+    std::vector<float> a{it->second.scale}, b{want.scale};
+    a.insert(a.end(), it->second.history.begin(), it->second.history.end());
+    b.insert(b.end(), want.history.begin(), want.history.end());
+    if (key == "dz" && act_error(layer.activation) > 0) {
+      std::vector<double> bound(b.size());
+      for (std::size_t i = 0; i < b.size(); ++i) bound[i] = 0x1p-9 * std::fabs(double(b[i]));
+      report.checks.push_back(cpu::compare_within(layer.name, check, a, b, bound));
+    } else {
+      report.checks.push_back(cpu::compare_bitwise(layer.name, check, a, b));
+    }
+  }
+  for (const auto& [key, v] : gpu.state.delayed)
+    if (!cpu.state.delayed.count(key)) {
+      cpu::CheckResult r;
+      r.layer = layer.name;
+      r.check = "state '" + key + "': gpu vs cpu" + at;
+      r.why = "delayed state for '" + key + "' on the GPU only";
+      report.checks.push_back(r);
+    }
+}
 
 // Refuses what the CPU reference cannot do in reasonable time.
 void check_size(const Spec& spec, const cpu::VerifyOptions& options) {
@@ -104,89 +285,78 @@ std::vector<cpu::LayerData> layer_data(const Layer& layer, std::size_t index,
   return data;
 }
 
-// One rank's GPU results against the CPU reference's for the same rank.
-void compare_rank(cpu::VerifyReport& report, const Layer& layer,
-                  const std::vector<cpu::RankStepResult>& gpu,
-                  const std::vector<cpu::RankStepResult>& ref, int rank, const std::string& where) {
-  const double tol = cpu::tolerances().reduction;
-  for (std::size_t s = 0; s < ref.size() && s < gpu.size(); ++s) {
-    const auto& a = gpu[s];
-    const auto& b = ref[s];
-    const std::string at = " rank " + std::to_string(rank) + " step " + std::to_string(s);
-    const auto add = [&](const std::string& what, const std::vector<float>& x,
-                         const std::vector<float>& y, double bound, bool bitwise) {
-      if (x.empty() && y.empty()) return;
-      report.checks.push_back(
-          compare(layer.name, what + ": gpu vs cpu" + at + where, x, y, bound, bitwise));
-    };
-    // y reads only FP8 data quantized from the inputs (bitwise equal,
-    // checked below): the GEMMs' summation order is the only difference.
-    // Gradients of a layer with an activation go through dz = dy * act'(z),
-    // z a GEMM result: a z one rounding apart can move dz to the next FP8
-    // code, so they get the rule the CPU oracle uses where quantized values
-    // may differ (twice the float64 bound).
-    const auto gradient_tol = [&](const char* t) {
-      return layer.activation == Activation::none ? tol : 2 * cpu::float64_bound(layer, t);
-    };
-    add("y", a.y, b.y, tol, false);
-    add("dx", a.dx, b.dx, gradient_tol("dx"), false);
-    add("dw", a.dw, b.dw, gradient_tol("dw"), false);
-    add("db", a.db, b.db, gradient_tol("db"), false);
-    for (const auto& [name, c] : b.captured) {
-      auto it = a.captured.find(name);
-      add(name + " bytes",
-          it == a.captured.end() ? std::vector<float>{} : as_floats(it->second.bytes),
-          as_floats(c.bytes), 0, true);
+// The CPU reference's options: the GPU's pre-activations (per rank and step)
+// replace the CPU's before backward, so both backward passes start from the
+// same z.
+cpu::ExecutorOptions reference_options(const LayerPlan& plan, const cpu::VerifyOptions& options,
+                                       const std::vector<std::vector<cpu::RankStepResult>>& gpu) {
+  cpu::ExecutorOptions ce = options.executor;
+  ce.backend = collectives::Backend::kInProcess;
+  ce.capture = bound_tensors(plan);
+  if (plan.io.z != kNoTensor)
+    for (std::size_t s = 0; s < options.steps; ++s) {
+      ce.replace.emplace_back();
+      for (std::size_t r = 0; r < gpu.size(); ++r) {
+        if (gpu[r].size() <= s) continue;
+        cpu::Replacement z;
+        z.rank = static_cast<int>(r);
+        z.tensor = plan.io.z;
+        z.values = gpu[r][s].z;
+        ce.replace.back().push_back(z);
+      }
     }
-    for (const auto& [key, d] : b.state.delayed) {
-      auto it = a.state.delayed.find(key);
-      cpu::DelayedScale g = it == a.state.delayed.end() ? cpu::DelayedScale{} : it->second;
-      const bool exact = key == "x" || key == "w";
-      add("state " + key + " scale", {g.scale}, {d.scale}, tol, exact);
-      add("state " + key + " history", g.history, d.history, tol, exact);
-    }
-  }
+  return ce;
 }
 
 // The accuracy contract itself: the GPU's global tensors against the
-// float64 reference of the unquantized math, within the bounds the CPU
-// oracle holds its own runs to, and replicas identical on all ranks.
-void compare_float64(cpu::VerifyReport& report, const Layer& layer,
+// float64 reference of the unquantized math (backward given the GPU's own
+// z), within the CPU oracle's bounds, and replicas identical on all ranks.
+void compare_float64(cpu::VerifyReport& report, const Layer& layer, const LayerPlan& plan,
                      const std::vector<std::vector<cpu::RankStepResult>>& gpu,
                      const std::vector<cpu::LayerData>& data, std::uint64_t tokens,
                      const std::string& where) {
   for (std::size_t s = 0; s < data.size(); ++s) {
-    const cpu::ReferenceResult ref = cpu::reference_layer_step(layer, tokens, data[s]);
     std::vector<const cpu::RankStepResult*> ranks;
     for (const auto& r : gpu) ranks.push_back(&r[s]);
-    struct Field {
+    const cpu::Assembled z = cpu::assemble(ranks, &cpu::RankStepResult::z,
+                                           &cpu::RankStepResult::z_dims);
+    const cpu::ReferenceResult ref =
+        cpu::reference_layer_step(layer, tokens, data[s], plan.io.z != kNoTensor ? &z.values : nullptr);
+    double zn = 0, yn = 0;
+    for (double v : ref.z) zn += v * v;
+    for (double v : ref.y) yn += v * v;
+    const double z_over_y = yn > 0 ? std::sqrt(zn / yn) : 1.0;
+    struct F {
       const char* name;
       std::vector<float> cpu::RankStepResult::*values;
       std::array<Dim, 2> cpu::RankStepResult::*dims;
       const std::vector<double>* ref;
     };
-    std::vector<Field> fields = {
-        {"y", &cpu::RankStepResult::y, &cpu::RankStepResult::y_dims, &ref.y},
-        {"dx", &cpu::RankStepResult::dx, &cpu::RankStepResult::dx_dims, &ref.dx},
-        {"dw", &cpu::RankStepResult::dw, &cpu::RankStepResult::dw_dims, &ref.dw}};
+    std::vector<F> fields = {{"y", &cpu::RankStepResult::y, &cpu::RankStepResult::y_dims, &ref.y}};
+    if (plan.io.z != kNoTensor)
+      fields.push_back({"z", &cpu::RankStepResult::z, &cpu::RankStepResult::z_dims, &ref.z});
+    fields.push_back({"dx", &cpu::RankStepResult::dx, &cpu::RankStepResult::dx_dims, &ref.dx});
+    fields.push_back({"dw", &cpu::RankStepResult::dw, &cpu::RankStepResult::dw_dims, &ref.dw});
     if (layer.bias)
       fields.push_back({"db", &cpu::RankStepResult::db, &cpu::RankStepResult::db_dims, &ref.db});
+    bool replicas = true;
     for (const auto& f : fields) {
       const cpu::Assembled g = cpu::assemble(ranks, f.values, f.dims);
-      const std::vector<float> want(f.ref->begin(), f.ref->end());
-      report.checks.push_back(compare(
+      replicas = replicas && g.replicas_agree;
+      report.checks.push_back(cpu::compare_relative(
           layer.name, std::string(f.name) + ": gpu vs float64 step " + std::to_string(s) + where,
-          g.values, want, cpu::float64_bound(layer, f.name), false));
-      report.checks.push_back(compare(layer.name,
-                                      std::string(f.name) + ": replicas identical on all ranks" +
-                                          " step " + std::to_string(s) + where,
-                                      {g.replicas_agree ? 1.0f : 0.0f}, {1.0f}, 0, true));
+          g.values, *f.ref, cpu::float64_bound(layer, plan, f.name, z_over_y)));
     }
+    cpu::CheckResult rep = cpu::compare_bitwise(
+        layer.name, "replicas identical on all ranks step " + std::to_string(s) + where,
+        {replicas ? 1.0f : 0.0f}, {1.0f});
+    if (!replicas) rep.why = "a tensor every rank holds whole differs between ranks";
+    report.checks.push_back(rep);
   }
 }
 
-// Calls body(layer, its plan, its data, the CPU executor's options) for each
-// layer verify was asked for, planned for `ranks`.
+// Calls body(layer, its plan, its data) for each layer verify was asked
+// for, planned for `ranks`.
 template <typename Body>
 void for_each_layer(const Spec& spec, const cpu::VerifyOptions& options,
                     std::optional<std::uint32_t> ranks, Body&& body) {
@@ -198,12 +368,21 @@ void for_each_layer(const Spec& spec, const cpu::VerifyOptions& options,
   for (std::size_t li = 0; li < spec.layers.size(); ++li) {
     const Layer& layer = spec.layers[li];
     if (!options.layer.empty() && layer.name != options.layer) continue;
-    const LayerPlan& lp = *plan.find(layer.name);
-    cpu::ExecutorOptions ce = options.executor;
-    ce.backend = collectives::Backend::kInProcess;
-    ce.capture = exact_tensors(lp);
-    body(layer, lp, layer_data(layer, li, options), ce);
+    body(layer, *plan.find(layer.name), layer_data(layer, li, options));
   }
+}
+
+// sum_r |p_r| of a summed field's partial over the CPU reference's ranks.
+std::vector<double> partial_magnitude(const LayerPlan& plan, const cpu::OutputOrigin& o,
+                                      const std::vector<const cpu::RankStepResult*>& cpu) {
+  std::vector<double> m;
+  for (const auto* r : cpu) {
+    const auto& p = logical(*r, plan.tensor(o.summed_partial).name);
+    if (m.empty()) m.assign(p.size(), 0.0);
+    if (p.size() != m.size()) return {};
+    for (std::size_t i = 0; i < p.size(); ++i) m[i] += std::fabs(double(p[i]));
+  }
+  return m;
 }
 
 }  // namespace
@@ -213,16 +392,34 @@ cpu::VerifyReport verify_spec_on_gpu(const Spec& spec, const cpu::VerifyOptions&
   cpu::VerifyReport report;
   for_each_layer(spec, options, options.ranks,
                  [&](const Layer& layer, const LayerPlan& lp,
-                     const std::vector<cpu::LayerData>& data, const cpu::ExecutorOptions& ce) {
+                     const std::vector<cpu::LayerData>& data) {
                    GpuRunOptions ge;
-                   ge.capture = ce.capture;
-                   ge.timeout = ce.timeout;
-                   const auto ref = cpu::run_layer(layer, lp, data, ce);
+                   ge.capture = bound_tensors(lp);
+                   ge.timeout = options.executor.timeout;
                    const auto gpu = run_layer_on_gpu(device, jit, layer, lp, data, ge);
+                   const auto ref = cpu::run_layer(layer, lp, data, reference_options(lp, options, gpu));
                    const std::string where = " (" + std::to_string(lp.ranks) + " ranks on one GPU)";
-                   for (std::size_t r = 0; r < ref.size(); ++r)
-                     compare_rank(report, layer, gpu[r], ref[r], static_cast<int>(r), where);
-                   compare_float64(report, layer, gpu, data, options.tokens, where);
+                   for (std::size_t s = 0; s < data.size(); ++s) {
+                     std::vector<const cpu::RankStepResult*> cpu_ranks;
+                     for (const auto& r : ref) cpu_ranks.push_back(&r[s]);
+                     const auto summed = [&](const Field& f, const cpu::OutputOrigin& o,
+                                             std::vector<double>& magnitude) {
+                       magnitude = partial_magnitude(lp, o, cpu_ranks);
+                       std::vector<double> total(magnitude.size(), 0.0);
+                       for (std::size_t r = 0; r < gpu.size(); ++r) {
+                         const auto e = rank_difference(layer, lp, o, o.summed_partial, gpu[r][s],
+                                                        ref[r][s]);
+                         if (e.size() != total.size()) return std::vector<double>{};
+                         for (std::size_t i = 0; i < e.size(); ++i) total[i] += e[i];
+                       }
+                       (void)f;
+                       return total;
+                     };
+                     for (std::size_t r = 0; r < ref.size(); ++r)
+                       compare_rank(report, layer, lp, gpu[r][s], ref[r][s], static_cast<int>(r), s,
+                                    where, summed);
+                   }
+                   compare_float64(report, layer, lp, gpu, data, options.tokens, where);
                  });
   return report;
 }
@@ -232,23 +429,65 @@ cpu::VerifyReport verify_rank_on_gpu(const Spec& spec, const cpu::VerifyOptions&
                                      DeviceCommunicator& comm) {
   cpu::VerifyReport report;
   device.make_current();
-  for_each_layer(spec, options, static_cast<std::uint32_t>(comm.size()),
-                 [&](const Layer& layer, const LayerPlan& lp,
-                     const std::vector<cpu::LayerData>& data, const cpu::ExecutorOptions& ce) {
-                   GpuRunOptions ge;
-                   ge.capture = ce.capture;
-                   ge.timeout = comm.timeout();
-                   const LayerKernels needed = layer_kernels(layer, lp);
-                   const KernelSet kernels(jit, needed.kernels, needed.dbias_outputs);
-                   const auto gpu = run_rank_on_gpu(kernels, comm, layer, lp, data, ge);
-                   // Every process runs the whole group's CPU reference (threads) and
-                   // checks its own rank against it.
-                   const auto ref = cpu::run_layer(layer, lp, data, ce);
-                   compare_rank(report, layer, gpu, ref[static_cast<std::size_t>(comm.rank())],
-                                comm.rank(),
-                                " (" + std::string(comm.backend_name()) + ", " +
-                                    std::to_string(comm.size()) + " processes)");
-                 });
+  const int me = comm.rank();
+  for_each_layer(
+      spec, options, static_cast<std::uint32_t>(comm.size()),
+      [&](const Layer& layer, const LayerPlan& lp, const std::vector<cpu::LayerData>& data) {
+        GpuRunOptions ge;
+        ge.capture = bound_tensors(lp);
+        ge.timeout = comm.timeout();
+        const KernelSet kernels(jit, lower_for_gpu(layer, lp).kernels);
+        const auto mine = run_rank_on_gpu(kernels, comm, layer, lp, data, ge);
+        // Every process runs the whole group's CPU reference (threads) with
+        // every rank's GPU pre-activation (gathered over the communicator).
+        std::vector<std::vector<cpu::RankStepResult>> gpu(static_cast<std::size_t>(comm.size()));
+        Stream stream;
+        const auto gather = [&](const std::vector<float>& local) {
+          std::vector<float> all(local.size() * static_cast<std::size_t>(comm.size()));
+          if (local.empty()) return all;
+          DeviceBuffer send(local.size() * 4), recv(all.size() * 4);
+          send.upload(local.data(), local.size() * 4);
+          comm.all_gather(send.get(), recv.get(), local.size(), DType::kFloat32, stream.get());
+          comm.synchronize(stream.get());
+          recv.download(all.data(), all.size() * 4);
+          return all;
+        };
+        for (std::size_t s = 0; s < data.size(); ++s) {
+          const std::vector<float> z = gather(mine[s].z);
+          for (int r = 0; r < comm.size(); ++r) {
+            auto& g = gpu[static_cast<std::size_t>(r)];
+            g.resize(data.size());
+            const std::size_t n = mine[s].z.size();
+            g[s].z.assign(z.begin() + static_cast<std::ptrdiff_t>(r * n),
+                          z.begin() + static_cast<std::ptrdiff_t>((r + 1) * n));
+          }
+        }
+        const auto ref = cpu::run_layer(layer, lp, data, reference_options(lp, options, gpu));
+        const std::string where = " (" + std::string(comm.backend_name()) + ", " +
+                                  std::to_string(comm.size()) + " processes)";
+        for (std::size_t s = 0; s < data.size(); ++s) {
+          std::vector<const cpu::RankStepResult*> cpu_ranks;
+          for (const auto& r : ref) cpu_ranks.push_back(&r[s]);
+          // A summed field's difference: this rank's own, summed over the
+          // group by an all-gather (every process computes its own).
+          const auto summed = [&](const Field&, const cpu::OutputOrigin& o,
+                                  std::vector<double>& magnitude) {
+            magnitude = partial_magnitude(lp, o, cpu_ranks);
+            const auto e = rank_difference(layer, lp, o, o.summed_partial, mine[s],
+                                           ref[static_cast<std::size_t>(me)][s]);
+            std::vector<float> local(magnitude.size(), INFINITY);
+            if (e.size() == local.size())
+              for (std::size_t i = 0; i < e.size(); ++i)
+                local[i] = static_cast<float>(e[i] * (1 + 0x1p-22));
+            const std::vector<float> all = gather(local);
+            std::vector<double> total(local.size(), 0.0);
+            for (std::size_t i = 0; i < all.size(); ++i) total[i % local.size()] += all[i];
+            return total;
+          };
+          compare_rank(report, layer, lp, mine[s], ref[static_cast<std::size_t>(me)][s], me, s,
+                       where, summed);
+        }
+      });
   return report;
 }
 

@@ -6,12 +6,11 @@
 namespace fp8c::runtime {
 
 KernelSet::KernelSet(const Jit& jit, const std::vector<GeneratedKernel>& kernels,
-                     const std::vector<ElemType>& dbias_outputs, unsigned threads) {
+                     unsigned threads) {
   // Compile everything in parallel first; the launchers below then read the
   // cubins back from the cache.
   std::vector<KernelSource> sources;
   for (const auto& k : kernels) sources.push_back(emit_cuda(k));
-  for (ElemType t : dbias_outputs) sources.push_back(emit_cuda_dbias_reduce(t));
   compiled_ = jit.compile_all(sources, threads);
 
   for (const auto& k : kernels) {
@@ -33,14 +32,13 @@ KernelSet::KernelSet(const Jit& jit, const std::vector<GeneratedKernel>& kernels
             epilogue_.try_emplace(name, std::make_unique<EpilogueLauncher>(jit, d));
           else if constexpr (std::is_same_v<D, DequantizeKernel>)
             dequantize_.try_emplace(name, std::make_unique<DequantizeLauncher>(jit, d));
+          else if constexpr (std::is_same_v<D, DbiasReduceKernel>)
+            dbias_reduce_.try_emplace(name, std::make_unique<DbiasReduceLauncher>(jit, d.output));
           else
             static_assert(sizeof(D) == 0, "KernelSet: a GeneratedKernel alternative is not loaded");
         },
         k.description);
   }
-  for (ElemType t : dbias_outputs)
-    dbias_reduce_.try_emplace(std::string(to_string(t)),
-                              std::make_unique<DbiasReduceLauncher>(jit, t));
 }
 
 template <typename L>
@@ -68,8 +66,8 @@ const PermuteLauncher& KernelSet::permute(const PermuteKernel& k) const {
 const ScaleUpdateLauncher& KernelSet::scale_update(const ScaleUpdateKernel& k) const {
   return find(scale_update_, k.name());
 }
-const DbiasReduceLauncher& KernelSet::dbias_reduce(ElemType output) const {
-  return find(dbias_reduce_, std::string(to_string(output)));
+const DbiasReduceLauncher& KernelSet::dbias_reduce(const DbiasReduceKernel& k) const {
+  return find(dbias_reduce_, k.name());
 }
 
 const EpilogueLauncher& KernelSet::epilogue(const EpilogueKernel& k) const {

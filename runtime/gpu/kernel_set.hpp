@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/kernels/plan_kernels.hpp"
+#include "codegen/kernels/generated_kernel.hpp"
 #include "runtime/block_quantize_launcher.hpp"
 #include "runtime/dequantize_launcher.hpp"
 #include "runtime/epilogue_launcher.hpp"
@@ -21,10 +21,9 @@ namespace fp8c::runtime {
 
 class KernelSet {
  public:
-  // Compiles `kernels` on `threads` threads (0: one per core), then loads
-  // them; also the dbias reductions for the output types in `dbias_outputs`.
-  KernelSet(const Jit& jit, const std::vector<GeneratedKernel>& kernels,
-            const std::vector<ElemType>& dbias_outputs, unsigned threads = 0);
+  // Compiles `kernels` (a lowering's kernel list) on `threads` threads (0:
+  // one per core), then loads them.
+  KernelSet(const Jit& jit, const std::vector<GeneratedKernel>& kernels, unsigned threads = 0);
 
   // The loaded launcher for a description; throws std::logic_error naming
   // the kernel when the set was built without it.
@@ -33,7 +32,7 @@ class KernelSet {
   const TransposeLauncher& transpose() const;
   const PermuteLauncher& permute(const PermuteKernel& k) const;
   const ScaleUpdateLauncher& scale_update(const ScaleUpdateKernel& k) const;
-  const DbiasReduceLauncher& dbias_reduce(ElemType output) const;
+  const DbiasReduceLauncher& dbias_reduce(const DbiasReduceKernel& k) const;
   const EpilogueLauncher& epilogue(const EpilogueKernel& k) const;
   const DequantizeLauncher& dequantize(const DequantizeKernel& k) const;
 

@@ -72,25 +72,27 @@ std::vector<LayerBenchResult> bench_layers(const Spec& spec, const Device& devic
   for (const auto& lp : plan.layers) {
     if (!o.layer.empty() && lp.layer != o.layer) continue;
     const Layer& layer = *spec.find_layer(lp.layer);
-    if (lp.find(layer.name + ".x.fp8.row") && lp.find(layer.name + ".x.fp8.row")->external)
+    if (lp.io.x_fp8 != kNoTensor)
       throw ExecutorError("bench: layer '" + layer.name +
                           "' takes an FP8 input from its producer; bench it with output = bf16");
-    const LayerKernels needed = layer_kernels(layer, lp);
-    KernelSet kernels(jit, needed.kernels, needed.dbias_outputs);
+    const LoweredLayer lowered = lower_for_gpu(layer, lp);
+    KernelSet kernels(jit, lowered.kernels);
     DeviceLayerState state(layer, lp);
-    GpuRankExecutor exec(layer, lp, {kernels, *comm, *gemm, stream.get(), comm_stream.get()},
-                         state);
+    GpuRankExecutor exec(layer, lp, lowered,
+                         {kernels, *comm, *gemm, stream.get(), comm_stream.get()}, state);
     // Two sets of inputs, used in turn.
-    std::map<std::string, std::vector<DeviceBuffer>> inputs;
-    for (const char* key : {"x", "w", "b", "dy"}) {
-      const Tensor* t = lp.find(layer.name + "." + key);
-      if (!t) continue;
+    std::map<int, std::vector<DeviceBuffer>> inputs;
+    for (const int id : {lp.io.x, lp.io.w, lp.io.b, lp.io.dy}) {
+      if (id == kNoTensor) continue;
+      const Tensor& t = lp.tensor(id);
+      const bool grad = t.quantity == Quantity::dy;
+      const int salt = static_cast<int>(t.quantity) * 37 + 11;
       for (int copy = 0; copy < 2; ++copy)
-        inputs[key].push_back(random_buffer(*t, copy * 131 + key[0], key[0] == 'd' ? 1e-3f : 1.0f));
+        inputs[id].push_back(random_buffer(t, copy * 131 + salt, grad ? 1e-3f : 1.0f));
     }
     const auto bind = [&](int i) {
-      for (auto& [key, buffers] : inputs)
-        exec.bind(key, buffers[static_cast<std::size_t>(i % 2)].get());
+      for (auto& [id, buffers] : inputs)
+        exec.bind(id, buffers[static_cast<std::size_t>(i % 2)].get());
     };
     Event start, stop;
     const auto timed = [&](auto&& body) {

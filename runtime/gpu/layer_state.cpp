@@ -5,23 +5,12 @@
 
 namespace fp8c::runtime {
 
-std::string state_key(const LayerPlan& plan, int tensor, std::string_view suffix) {
-  std::string k = cpu::tensor_key(plan, tensor);
-  if (k.size() >= suffix.size() && k.compare(k.size() - suffix.size(), suffix.size(), suffix) == 0)
-    k.resize(k.size() - suffix.size());
-  return k;
-}
-
 DeviceLayerState::DeviceLayerState(const Layer& layer, const LayerPlan& plan) : layer_(layer.name) {
   if (layer.recipe.kind == RecipeKind::delayed) {
     for (const auto& s : plan.update)
-      if (s.kind == StepKind::scale_update)
-        for (int id : s.inputs) {
-          // "x.amax.reduced" over several ranks, "x.amax" on one.
-          std::string k = state_key(plan, id, ".amax.reduced");
-          if (k.size() > 5 && k.compare(k.size() - 5, 5, ".amax") == 0) k.resize(k.size() - 5);
-          keys_.push_back(k);
-        }
+      if (const auto* u = s.as<ScaleUpdateStep>())
+        for (const auto& e : u->entries)
+          keys_.push_back(plan.delayed.at(static_cast<std::size_t>(e.state)).key());
     history_length_ = std::max<std::uint32_t>(1, layer.recipe.history);
   }
   const std::size_t n = keys_.size();

@@ -51,8 +51,4 @@ class DeviceLayerState {
   DeviceBuffer buffer_;
 };
 
-// "x" for "fc1.x.amax.reduced" in layer fc1 (the name less the layer prefix,
-// a ".2"-style repeat suffix and `suffix`).
-std::string state_key(const LayerPlan& plan, int tensor, std::string_view suffix);
-
 }  // namespace fp8c::runtime

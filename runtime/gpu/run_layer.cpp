@@ -26,7 +26,9 @@ std::vector<cpu::RankStepResult> run_rank_on_gpu(const KernelSet& kernels, Devic
   state.upload(initial);
   std::vector<cpu::RankStepResult> results;
   // One executor for every step, as a Session keeps one per layer.
-  GpuRankExecutor exec(layer, plan, {kernels, comm, *gemm, stream.get(), comm_stream.get()}, state);
+  const LoweredLayer lowered = lower_for_gpu(layer, plan);
+  GpuRankExecutor exec(layer, plan, lowered,
+                       {kernels, comm, *gemm, stream.get(), comm_stream.get()}, state);
   for (std::size_t i = 0; i < steps.size(); ++i) {
     if (i == 0 && r == options.fail_rank)
       throw ExecutorError("gpu executor: rank " + std::to_string(r) +
@@ -55,8 +57,7 @@ std::vector<std::vector<cpu::RankStepResult>> run_layer_on_gpu(
     throw ExecutorError(m);
   }
   device.make_current();
-  const LayerKernels needed = layer_kernels(layer, plan);
-  const KernelSet kernels(jit, needed.kernels, needed.dbias_outputs);
+  const KernelSet kernels(jit, lower_for_gpu(layer, plan).kernels);
 
   const int n = static_cast<int>(plan.ranks);
   LocalDeviceGroup group(n, options.timeout, jit);

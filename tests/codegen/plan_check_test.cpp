@@ -31,21 +31,24 @@ Plan drop_segment_handling(Plan plan) {
   l.tensors[static_cast<std::size_t>(g)].segmented.reset();
   auto& b = l.backward;
   for (auto it = b.begin(); it != b.end(); ++it) {
-    if (it->kind != StepKind::permute || it->inputs[0] != g) continue;
-    const int permuted = it->outputs[0];
+    const auto* p = it->as<PermuteStep>();
+    if (!p || p->in != g) continue;
+    const int permuted = p->out;
     b.erase(it);
-    for (auto& s : b)
-      for (int& in : s.inputs)
-        if (in == permuted) in = g;
+    for (auto& s : b) s.replace_input(permuted, g);
     break;
   }
-  for (auto& s : b) s.segmented_k = false;
+  for (auto& s : b)
+    if (auto* gemm = s.as<GemmStep>()) gemm->segmented_k = false;
   return plan;
 }
 
 TEST(PlanCheck, GatherOfColumnwiseWithoutSegmentsIsRejected) {
+  // Segmented-K (8192) and permute (8000) plans; block formats gather FP8
+  // columnwise data only where tokens per rank are whole blocks.
   for (RecipeKind recipe : {RecipeKind::current, RecipeKind::blockwise, RecipeKind::mxfp8})
-    for (std::uint64_t tokens : {8192ull, 8000ull}) {  // segmented-K and permute plans
+    for (std::uint64_t tokens : {8192ull, 8000ull}) {
+      if (recipe != RecipeKind::current && tokens != 8192) continue;
       PlanOptions o;
       o.tokens = tokens;
       const Plan good = plan_spec(one_layer(recipe, ParallelMode::column, 8, true), o);
@@ -61,7 +64,8 @@ TEST(PlanCheck, SegmentedTensorReadAsContiguousIsRejected) {
   PlanOptions o;
   o.tokens = 8192;
   Plan plan = plan_spec(one_layer(RecipeKind::mxfp8, ParallelMode::column, 4, true), o);
-  for (auto& s : plan.layers[0].backward) s.segmented_k = false;  // keep the mark
+  for (auto& s : plan.layers[0].backward)
+    if (auto* g = s.as<GemmStep>()) g->segmented_k = false;  // keep the mark
   const auto errors = check_plan(plan);
   EXPECT_TRUE(any_mentions(errors, "segmented", "scrambled"));
 }
@@ -76,11 +80,10 @@ TEST(PlanCheck, TransposeOfBlockScaledDataIsRejected) {
   col.usage = Usage::columnwise;
   col.id = static_cast<int>(l.tensors.size());
   l.tensors.push_back(col);
-  Step t;
-  t.kind = StepKind::transpose;
-  t.inputs = {row};
-  t.outputs = {col.id};
-  l.backward.insert(l.backward.begin(), t);
+  TransposeStep t;
+  t.in = row;
+  t.out = col.id;
+  l.backward.insert(l.backward.begin(), Step{t});
   const auto errors = check_plan(plan);
   EXPECT_TRUE(any_mentions(errors, "transposes fc.w.fp8.row", "128x128"));
 }
@@ -89,8 +92,8 @@ TEST(PlanCheck, WrongUsageForTnGemmIsRejected) {
   Plan plan = plan_spec(one_layer(RecipeKind::current, ParallelMode::column, 1, false));
   LayerPlan& l = plan.layers[0];
   for (auto& s : l.backward)
-    if (s.kind == StepKind::gemm && s.role == GemmRole::dgrad)
-      s.inputs[1] = l.find("fc.w.fp8.row")->id;
+    if (auto* g = s.as<GemmStep>(); g && g->role == GemmRole::dgrad)
+      g->b = l.find("fc.w.fp8.row")->id;
   const auto errors = check_plan(plan);
   EXPECT_TRUE(any_mentions(errors, "fc.w.fp8.row", "columnwise")) << errors.size();
 }
@@ -107,14 +110,14 @@ TEST(PlanCheck, UnusedQuantizedUsageIsRejected) {
   LayerPlan& l = plan.layers[0];
   // Backward also quantizes X rowwise, which nothing reads (TE PR #1963).
   for (auto& s : l.backward) {
-    if (s.kind != StepKind::quantize || l.tensor(s.inputs[0]).name != "fc.x") continue;
-    Tensor row = l.tensor(s.outputs[0]);
+    auto* q = s.as<QuantizeStep>();
+    if (!q || l.tensor(q->src).name != "fc.x") continue;
+    Tensor row = l.tensor(q->columnwise);
     row.name = "fc.x.fp8.row.backward";
     row.usage = Usage::rowwise;
     row.id = static_cast<int>(l.tensors.size());
     l.tensors.push_back(row);
-    s.rowwise = true;
-    s.outputs.push_back(row.id);
+    q->rowwise = row.id;
   }
   EXPECT_TRUE(any_mentions(check_plan(plan), "fc.x.fp8.row.backward", "no step reads"));
 }
@@ -125,16 +128,17 @@ TEST(PlanCheck, MissingAmaxReductionIsRejected) {
     LayerPlan& l = plan.layers[0];
     for (auto* pass : {&l.forward, &l.backward, &l.update}) {
       for (auto it = pass->begin(); it != pass->end();) {
-        if (it->kind != StepKind::amax_all_reduce) {
+        const auto* r = it->as<AmaxAllReduceStep>();
+        if (!r) {
           ++it;
           continue;
         }
-        const int from = it->inputs[0], to = it->outputs[0];
+        const int from = r->in, to = r->out;
         it = pass->erase(it);
         for (auto* p2 : {&l.forward, &l.backward, &l.update})
-          for (auto& s : *p2)
-            for (int& in : s.inputs)
-              if (in == to) in = from;
+          for (auto& s : *p2) s.replace_input(to, from);
+        for (auto& d : l.delayed)
+          if (d.amax_reduced == to) d.amax_reduced = from;
       }
     }
     EXPECT_TRUE(any_mentions(check_plan(plan), "not reduced", "4 ranks")) << to_string(recipe);

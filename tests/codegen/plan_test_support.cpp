@@ -41,7 +41,7 @@ Spec one_layer(RecipeKind recipe, ParallelMode mode, std::uint32_t tp, bool sequ
 std::vector<const Step*> steps_of(const std::vector<Step>& pass, StepKind kind) {
   std::vector<const Step*> r;
   for (const auto& s : pass)
-    if (s.kind == kind) r.push_back(&s);
+    if (s.kind() == kind) r.push_back(&s);
   return r;
 }
 
@@ -56,15 +56,36 @@ std::vector<std::string> collective_signature(const LayerPlan& layer) {
   std::vector<std::string> r;
   for (const auto* pass : {&layer.forward, &layer.backward, &layer.update})
     for (const auto& s : *pass) {
-      if (!is_collective(s.kind)) continue;
-      std::string sig = std::string(to_string(s.kind)) + " dim " + std::to_string(s.dim) + ":";
-      for (int id : s.inputs) sig += " " + std::string(to_string(layer.tensor(id).type));
+      if (!s.is_collective()) continue;
+      std::string sig = std::string(to_string(s.kind())) + ":";
+      for (int id : s.inputs()) sig += " " + std::string(to_string(layer.tensor(id).type));
       sig += " ->";
-      for (int id : s.outputs) sig += " " + std::string(to_string(layer.tensor(id).type));
-      sig += " " + std::to_string(s.bytes_per_rank);
+      for (int id : s.outputs()) sig += " " + std::string(to_string(layer.tensor(id).type));
+      sig += " " + std::to_string(s.bytes_per_rank());
       r.push_back(sig);
     }
   return r;
+}
+
+const GemmStep& gemm_of(const LayerPlan& l, GemmRole role) {
+  for (const auto* pass : {&l.forward, &l.backward})
+    for (const auto& s : *pass)
+      if (const auto* g = s.as<GemmStep>(); g && g->role == role) return *g;
+  throw std::runtime_error("no " + std::string(to_string(role)) + " GEMM");
+}
+
+const Step* producer_of(const LayerPlan& l, int id) {
+  for (const auto* pass : {&l.forward, &l.backward, &l.update})
+    for (const auto& s : *pass)
+      for (int o : s.outputs())
+        if (o == id) return &s;
+  return nullptr;
+}
+
+std::vector<std::string> delayed_keys(const LayerPlan& l) {
+  std::vector<std::string> keys;
+  for (const auto& d : l.delayed) keys.push_back(d.key());
+  return keys;
 }
 
 }  // namespace fp8c::testing

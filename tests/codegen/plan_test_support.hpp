@@ -21,7 +21,13 @@ Spec one_layer(RecipeKind recipe, ParallelMode mode, std::uint32_t tp, bool sequ
 std::vector<const Step*> steps_of(const std::vector<Step>& pass, StepKind kind);
 std::vector<const Step*> all_steps_of(const LayerPlan& layer, StepKind kind);
 
-// The collectives of a layer as text: kind, dim and the dtypes of its tensors.
+// The collectives of a layer as text: kind, the dtypes of its tensors, bytes.
 std::vector<std::string> collective_signature(const LayerPlan& layer);
+
+const GemmStep& gemm_of(const LayerPlan& layer, GemmRole role);
+// The step that produces tensor `id`, or nullptr.
+const Step* producer_of(const LayerPlan& layer, int id);
+// The layer's delayed-scaling state keys.
+std::vector<std::string> delayed_keys(const LayerPlan& layer);
 
 }  // namespace fp8c::testing

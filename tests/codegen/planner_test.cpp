@@ -1,9 +1,11 @@
 // The planner: what is gathered, quantized and transposed, per recipe and
-// layout, and the bytes it communicates.
+// layout, the bytes it communicates, and the rules that hold at every
+// --ranks / --tokens.
 #include <gtest/gtest.h>
 
 #include "codegen/plan/plan_check.hpp"
 #include "codegen/plan/planner.hpp"
+#include "fp8c/dsl.hpp"
 #include "tests/codegen/plan_test_support.hpp"
 
 namespace fp8c {
@@ -11,31 +13,34 @@ namespace {
 
 using testing::all_steps_of;
 using testing::collective_signature;
+using testing::delayed_keys;
+using testing::gemm_of;
 using testing::one_layer;
+using testing::producer_of;
 using testing::steps_of;
 
 constexpr RecipeKind kFp8Recipes[] = {RecipeKind::delayed, RecipeKind::current,
                                       RecipeKind::blockwise, RecipeKind::mxfp8};
 
-const Step& wgrad_of(const LayerPlan& l) {
-  for (const auto& s : l.backward)
-    if (s.kind == StepKind::gemm && s.role == GemmRole::wgrad) return s;
-  throw std::runtime_error("no wgrad");
+Plan plan_at(const Spec& spec, std::uint32_t ranks, std::uint64_t tokens) {
+  PlanOptions o;
+  o.ranks = ranks;
+  o.tokens = tokens;
+  return plan_spec(spec, o);
 }
 
-// The step that produces tensor `id`, or nullptr.
-const Step* producer_of(const LayerPlan& l, int id) {
-  for (const auto* pass : {&l.forward, &l.backward, &l.update})
-    for (const auto& s : *pass)
-      for (int o : s.outputs)
-        if (o == id) return &s;
-  return nullptr;
+Spec spec_text(const std::string& text) {
+  const SourceFile file{"test.fp8", text};
+  CheckResult r = check_source(file);
+  if (!r.spec) throw std::runtime_error("spec does not check:\n" + text);
+  return *r.spec;
 }
 
 // TransformerEngine #530: column + sequence parallel wgrad reads X gathered
 // along tokens. Whatever the recipe, the X operand must be gathered along
-// tokens and be either contiguous (permuted, or transposed from a rowwise
-// gather) or segmented along tokens with wgrad reading a segmented K.
+// tokens and be either contiguous (permuted, transposed from a rowwise
+// gather, or quantized after a high-precision gather) or segmented along
+// tokens with wgrad reading a segmented K.
 TEST(Planner, SeedColumnSequenceParallelWgradGathersXCorrectly) {
   for (RecipeKind recipe : kFp8Recipes) {
     for (std::uint32_t ranks : {2u, 4u, 8u}) {
@@ -46,8 +51,8 @@ TEST(Planner, SeedColumnSequenceParallelWgradGathersXCorrectly) {
         o.tokens = tokens;
         const Plan plan = plan_spec(one_layer(recipe, ParallelMode::column, ranks, true), o);
         const LayerPlan& l = plan.layers.at(0);
-        const Step& wgrad = wgrad_of(l);
-        const Tensor& x = l.tensor(wgrad.inputs.at(1));
+        const GemmStep& wgrad = gemm_of(l, GemmRole::wgrad);
+        const Tensor& x = l.tensor(wgrad.b);
         EXPECT_EQ(x.usage, Usage::columnwise);
         EXPECT_EQ(x.dims[0].name, "tokens");
         EXPECT_EQ(x.dims[0].local, tokens);  // gathered: the whole K
@@ -56,18 +61,23 @@ TEST(Planner, SeedColumnSequenceParallelWgradGathersXCorrectly) {
         if (x.segmented) {
           EXPECT_EQ(*x.segmented, 0);
           EXPECT_TRUE(wgrad.segmented_k);
-          EXPECT_EQ(made->kind, StepKind::all_gather);
+          EXPECT_EQ(made->kind(), StepKind::all_gather);
+        } else if (const auto* q = made->as<QuantizeStep>()) {
+          // Quantized from the whole X: its source is a high-precision gather.
+          const Step* gather = producer_of(l, q->src);
+          ASSERT_NE(gather, nullptr);
+          EXPECT_EQ(gather->kind(), StepKind::all_gather);
+          EXPECT_FALSE(l.tensor(q->src).is_fp8());
         } else {
-          EXPECT_TRUE(made->kind == StepKind::permute || made->kind == StepKind::transpose)
-              << to_string(made->kind);
-          if (made->kind == StepKind::transpose) {
+          EXPECT_TRUE(made->kind() == StepKind::permute || made->kind() == StepKind::transpose)
+              << to_string(made->kind());
+          if (made->kind() == StepKind::transpose) {
             EXPECT_TRUE(recipe == RecipeKind::delayed || recipe == RecipeKind::current);
           }
-          const Tensor& before = l.tensor(made->inputs.at(0));
-          const Step* gather = producer_of(l, before.id);
+          const Step* gather = producer_of(l, made->inputs().at(0));
           ASSERT_NE(gather, nullptr);
-          EXPECT_EQ(gather->kind, StepKind::all_gather);
-          EXPECT_EQ(gather->dim, 0);
+          ASSERT_EQ(gather->kind(), StepKind::all_gather);
+          EXPECT_EQ(gather->as<AllGatherStep>()->dim, 0);
         }
         EXPECT_TRUE(check_plan(plan).empty());
       }
@@ -88,17 +98,15 @@ TEST(Planner, BlockAndMxRecipesNeverTranspose) {
     const Plan plan = plan_spec(testing::example(file));
     for (const auto& l : plan.layers)
       for (const Step* s : all_steps_of(l, StepKind::transpose))
-        EXPECT_EQ(l.tensor(s->inputs[0]).scaling, Scaling::per_tensor) << file;
+        EXPECT_EQ(l.tensor(s->as<TransposeStep>()->in).scaling, Scaling::per_tensor) << file;
   }
 }
 
-// TransformerEngine PR #1963: with save_input = original and debugging on,
-// backward quantizes X columnwise only, and the collectives are exactly the
-// ones of the plan without debugging.
-TEST(Planner, SaveOriginalWithDebugQuantizesOnlyColumnwiseAndKeepsCollectives) {
-  Debug debug;
-  debug.stats = true;
-  debug.fallback = {GemmKind::wgrad};
+// TransformerEngine PR #1963: with save_input = original, backward
+// quantizes X columnwise only; debug statistics change no collective.
+TEST(Planner, SaveOriginalQuantizesOnlyColumnwiseAndStatsKeepCollectives) {
+  Debug stats;
+  stats.stats = true;
   for (RecipeKind recipe : kFp8Recipes)
     for (auto mode : {ParallelMode::column, ParallelMode::row})
       for (bool sp : {false, true})
@@ -106,35 +114,194 @@ TEST(Planner, SaveOriginalWithDebugQuantizesOnlyColumnwiseAndKeepsCollectives) {
           SCOPED_TRACE(std::string(to_string(recipe)) + " " + std::string(to_string(mode)) +
                        (sp ? " sp " : " ") + std::to_string(ranks));
           const Plan with =
-              plan_spec(one_layer(recipe, mode, ranks, sp, SaveInput::original, debug));
+              plan_spec(one_layer(recipe, mode, ranks, sp, SaveInput::original, stats));
           const Plan without = plan_spec(one_layer(recipe, mode, ranks, sp, SaveInput::original));
-          for (const Plan* p : {&with, &without}) {
-            const LayerPlan& l = p->layers[0];
-            for (const Step* q : steps_of(l.backward, StepKind::quantize)) {
-              const Tensor& src = l.tensor(q->inputs[0]);
-              if (src.name != "fc.x") continue;
-              EXPECT_FALSE(q->rowwise) << "backward quantizes X rowwise";
-              EXPECT_TRUE(q->columnwise);
-            }
+          const LayerPlan& l = with.layers[0];
+          int backward_x = 0;
+          for (const Step* s : steps_of(l.backward, StepKind::quantize)) {
+            const auto* q = s->as<QuantizeStep>();
+            if (l.tensor(q->src).quantity != Quantity::x) continue;
+            ++backward_x;
+            EXPECT_EQ(q->rowwise, kNoTensor) << "backward quantizes X rowwise";
+            EXPECT_NE(q->columnwise, kNoTensor);
+            EXPECT_TRUE(q->stats);
           }
+          EXPECT_EQ(backward_x, 1);
           EXPECT_EQ(collective_signature(with.layers[0]), collective_signature(without.layers[0]));
         }
-  // The example this case comes from.
-  const Plan plan = plan_spec(testing::example("current_scaling_debug.fp8"));
-  const Plan no_debug = [] {
-    Spec s = testing::example("current_scaling_debug.fp8");
-    for (auto& l : s.layers) l.debug = {};
-    return plan_spec(s);
-  }();
-  EXPECT_EQ(collective_signature(plan.layers[0]), collective_signature(no_debug.layers[0]));
-  int backward_x_quantizes = 0;
-  for (const Step* q : steps_of(plan.layers[0].backward, StepKind::quantize))
-    if (plan.layers[0].tensor(q->inputs[0]).name == "proj.x") {
-      ++backward_x_quantizes;
-      EXPECT_FALSE(q->rowwise);
-      EXPECT_TRUE(q->stats);
+}
+
+// A debug fallback GEMM reads the original high-precision operands at every
+// tensor-parallel size, and creates no FP8 state a one-rank run lacks.
+TEST(Planner, FallbackGemmsReadHighPrecisionAndStateIsRankIndependent) {
+  const std::vector<std::vector<GemmKind>> fallbacks = {
+      {GemmKind::fprop}, {GemmKind::dgrad}, {GemmKind::wgrad},
+      {GemmKind::dgrad, GemmKind::wgrad}, {GemmKind::fprop, GemmKind::dgrad, GemmKind::wgrad}};
+  for (RecipeKind recipe : kFp8Recipes)
+    for (auto mode : {ParallelMode::column, ParallelMode::row})
+      for (bool sp : {false, true})
+        for (auto save : {SaveInput::fp8, SaveInput::original})
+          for (const auto& fb : fallbacks) {
+            Debug d;
+            d.fallback = fb;
+            SCOPED_TRACE(std::string(to_string(recipe)) + " " + std::string(to_string(mode)) +
+                         (sp ? " sp" : "") + " fallback " + std::to_string(fb.size()));
+            const Spec spec = one_layer(recipe, mode, 4, sp, save, d);
+            const Plan one = plan_at(spec, 1, 4096);
+            for (std::uint32_t ranks : {2u, 4u}) {
+              const Plan many = plan_at(spec, ranks, 4096);
+              const LayerPlan& l = many.layers[0];
+              EXPECT_TRUE(check_plan(many).empty());
+              EXPECT_EQ(delayed_keys(l), delayed_keys(one.layers[0]));
+              for (GemmKind g : fb) {
+                const GemmStep& gemm = gemm_of(l, static_cast<GemmRole>(g));
+                EXPECT_TRUE(gemm.high_precision);
+                for (int id : {gemm.a, gemm.b}) {
+                  // High precision all the way from the layer's inputs:
+                  // itself an input, or gathered / dact'ed from one.
+                  int t = id;
+                  while (const Step* p = producer_of(l, t)) {
+                    ASSERT_TRUE(p->kind() == StepKind::all_gather ||
+                                p->kind() == StepKind::grad_epilogue)
+                        << to_string(p->kind()) << " makes " << l.tensor(t).name;
+                    t = p->inputs().at(0);
+                  }
+                  EXPECT_FALSE(l.tensor(t).is_fp8());
+                  EXPECT_TRUE(l.tensor(t).external) << l.tensor(t).name;
+                }
+              }
+            }
+          }
+}
+
+// Block formats gathered along tokens: where tokens per rank would cut the
+// columnwise blocks, the high-precision tensor is gathered and quantized
+// after the gather (TE's rule), and a note names it.
+TEST(Planner, CutBlocksOnAGatherAreQuantizedAfterAHighPrecisionGather) {
+  for (RecipeKind recipe : {RecipeKind::blockwise, RecipeKind::mxfp8})
+    for (auto mode : {ParallelMode::column, ParallelMode::row}) {
+      SCOPED_TRACE(std::string(to_string(recipe)) + " " + std::string(to_string(mode)));
+      const Spec spec = one_layer(recipe, mode, 4, true);
+      const std::uint64_t block = recipe == RecipeKind::mxfp8 ? 32 : 128;
+      for (std::uint64_t tokens : {4 * block, 4 * block * 3 + 4 * 16}) {
+        const bool cut = (tokens / 4) % block != 0;
+        const Plan p = plan_at(spec, 4, tokens);
+        const LayerPlan& l = p.layers[0];
+        const GemmStep& wgrad = gemm_of(l, GemmRole::wgrad);
+        const Tensor& gathered_operand = l.tensor(mode == ParallelMode::column ? wgrad.b : wgrad.a);
+        bool hp_gather = false;
+        for (const Step* s : all_steps_of(l, StepKind::all_gather)) {
+          const Tensor& in = l.tensor(s->as<AllGatherStep>()->in);
+          if (!in.is_fp8()) hp_gather = true;
+          // Never a gather of blocks a rank's share cuts.
+          if (in.block_scaled() && in.usage == Usage::columnwise)
+            EXPECT_EQ(in.dims[0].local % block, 0u) << in.name;
+        }
+        EXPECT_EQ(hp_gather, cut) << tokens;
+        bool noted = false;
+        for (const auto& n : l.notes)
+          if (n.find("gathered in") != std::string::npos) noted = true;
+        EXPECT_EQ(noted, cut);
+        if (cut) EXPECT_FALSE(gathered_operand.segmented);
+      }
     }
-  EXPECT_EQ(backward_x_quantizes, 1);
+}
+
+// Rowwise 1x128 blocks run along the feature dim: tokens per rank never cut
+// them, and no note says so.
+TEST(Planner, NotesNameExactlyTheTensorsWithCutBlocks) {
+  // in = 192 over 2 ranks: 96 per rank cuts X's and W's blocks along `in`.
+  const Spec row = spec_text(
+      "layer p = linear { in = 192 out = 256 recipe = blockwise "
+      "layout = { tensor_parallel = 2 sequence_parallel = true } row }\n");
+  const Plan p = plan_at(row, 2, 48);
+  std::vector<std::string> cut;
+  for (const auto& n : p.layers[0].notes)
+    if (n.find("are cut") != std::string::npos) cut.push_back(n.substr(0, n.find(':')));
+  std::sort(cut.begin(), cut.end());
+  EXPECT_EQ(cut, (std::vector<std::string>{"p.w.fp8.col", "p.w.fp8.row", "p.x.fp8.row"}));
+  for (const auto& n : p.layers[0].notes)
+    EXPECT_EQ(n.find("tokens per rank is not a multiple"), std::string::npos) << n;
+  // The same at 256 = 2 x 128: nothing is cut.
+  const Plan q = plan_at(spec_text("layer p = linear { in = 256 out = 256 recipe = blockwise "
+                                   "layout = { tensor_parallel = 2 } row }\n"),
+                         2, 48);
+  for (const auto& n : q.layers[0].notes) EXPECT_EQ(n.find("are cut"), std::string::npos) << n;
+}
+
+// A one-rank plan on an N-rank block grid restarts blocks where N shards
+// would cut them, and its block-scale tensors hold one scale per block.
+TEST(Planner, OneRankPlanOnAnotherBlockGrid) {
+  const Spec row = spec_text(
+      "layer p = linear { in = 192 out = 256 recipe = blockwise "
+      "layout = { tensor_parallel = 2 } row }\n");
+  PlanOptions o;
+  o.ranks = 1;
+  o.tokens = 32;
+  o.block_grid_ranks = 2;
+  const Plan p = plan_spec(row, o);
+  const LayerPlan& l = p.layers[0];
+  const Tensor& xr = *l.find("p.x.fp8.row");
+  EXPECT_EQ(xr.block_segments[1], 2u);  // along `in`
+  EXPECT_EQ(xr.block_segments[0], 1u);
+  EXPECT_EQ(l.tensor(xr.scale).dims[1].local, 2u);  // 2 x ceil(96 / 128)
+  const Tensor& w = *l.find("p.w.fp8.row");
+  EXPECT_EQ(w.block_segments[1], 2u);
+  const Tensor& dyr = *l.find("p.dy.fp8.row");  // `out` is not split in a row layer
+  EXPECT_EQ(dyr.block_segments, (std::array<std::uint32_t, 2>{1, 1}));
+  EXPECT_THROW(plan_spec(row, PlanOptions{2u, 32, 2u}), PlanError);
+}
+
+// The size rules `fp8c check` enforces hold at every --ranks / --tokens, or
+// the error names the dim.
+TEST(Planner, Fp8GemmSizesAreCheckedAtEveryRanksAndTokens) {
+  const Spec spec = spec_text(
+      "layer p = linear { in = 256 out = 256 recipe = delayed layout = { tensor_parallel = 2 } "
+      "column }\n");
+  for (std::uint64_t tokens : {1ull, 7ull, 24ull}) {
+    try {
+      plan_at(spec, 2, tokens);
+      ADD_FAILURE() << tokens << " tokens planned";
+    } catch (const PlanError& e) {
+      EXPECT_NE(std::string(e.what()).find("wgrad GEMM contracts over tokens = " +
+                                           std::to_string(tokens)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_NO_THROW(plan_at(spec, 2, 32));
+  // out = 256 over 32 ranks: 8 per rank.
+  try {
+    plan_at(spec, 32, 32);
+    ADD_FAILURE();
+  } catch (const PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("out = 8 per rank"), std::string::npos) << e.what();
+  }
+  // MXFP8: 32.
+  const Spec mx = spec_text("layer p = linear { in = 256 out = 256 recipe = mxfp8 }\n");
+  EXPECT_THROW(plan_at(mx, 1, 48), PlanError);
+  EXPECT_NO_THROW(plan_at(mx, 1, 64));
+  // A wgrad fallback takes any token count.
+  const Spec fb = spec_text(
+      "layer p = linear { in = 256 out = 256 recipe = delayed debug = { fallback = wgrad } }\n");
+  EXPECT_NO_THROW(plan_at(fb, 1, 7));
+}
+
+// Specs the checker rejects (an FP8 input with nothing in high precision to
+// fall back on) are a PlanError from the planner too, never a crash.
+TEST(Planner, Fp8InputWithoutHighPrecisionIsAnErrorNotACrash) {
+  Spec spec = spec_text(
+      "recipe d = delayed\n"
+      "layer a = linear { in = 128 out = 256 output = fp8 recipe = d layout = { tensor_parallel = "
+      "2 } column }\n"
+      "layer b = linear { input = a out = 128 recipe = d layout = { tensor_parallel = 2 } row }\n");
+  spec.layers[1].debug.fallback = {GemmKind::fprop};
+  EXPECT_THROW(plan_spec(spec), PlanError);
+  spec.layers[1].debug.fallback = {};
+  spec.layers[1].save_input = SaveInput::original;
+  EXPECT_THROW(plan_spec(spec), PlanError);
+  spec.layers[1].save_input = SaveInput::fp8;
+  EXPECT_NO_THROW(plan_spec(spec));
 }
 
 TEST(Planner, AmaxReductionsForShardedPerTensorTensorsOnlyWithSeveralRanks) {
@@ -147,8 +314,10 @@ TEST(Planner, AmaxReductionsForShardedPerTensorTensorsOnlyWithSeveralRanks) {
         const LayerPlan& l = four.layers[0];
         // The weight is sharded on more than one rank: its amax is reduced.
         bool weight_reduced = false;
-        for (const Step* s : all_steps_of(l, StepKind::amax_all_reduce))
-          if (l.tensor(s->inputs[0]).name == "fc.w.amax") weight_reduced = true;
+        for (const Step* s : all_steps_of(l, StepKind::amax_all_reduce)) {
+          const Tensor& in = l.tensor(s->as<AmaxAllReduceStep>()->in);
+          if (in.quantity == Quantity::w && in.form == Form::amax) weight_reduced = true;
+        }
         EXPECT_TRUE(weight_reduced) << to_string(recipe) << " " << to_string(mode);
       }
   for (RecipeKind recipe : {RecipeKind::blockwise, RecipeKind::mxfp8}) {
@@ -164,19 +333,19 @@ TEST(Planner, GptMlpBytesMatchHandComputedValues) {
   const LayerPlan& fc1 = *plan.find("fc1");
   const auto gathers = steps_of(fc1.forward, StepKind::all_gather);
   ASSERT_EQ(gathers.size(), 1u);
-  EXPECT_EQ(gathers[0]->bytes_per_rank, 7ull * 8192 * 8192 / 8);  // FP8 X [8192, 8192]
-  EXPECT_EQ(fc1.tensor(gathers[0]->inputs[0]).type, ElemType::e4m3);
+  EXPECT_EQ(gathers[0]->bytes_per_rank(), 7ull * 8192 * 8192 / 8);  // FP8 X [8192, 8192]
+  EXPECT_EQ(fc1.tensor(gathers[0]->as<AllGatherStep>()->in).type, ElemType::e4m3);
   const auto rs = steps_of(fc1.backward, StepKind::reduce_scatter);
   ASSERT_EQ(rs.size(), 1u);
-  EXPECT_EQ(rs[0]->bytes_per_rank, 7ull * 8192 * 8192 * 2 / 8);  // bf16 dX [8192, 8192]
+  EXPECT_EQ(rs[0]->bytes_per_rank(), 7ull * 8192 * 8192 * 2 / 8);  // bf16 dX [8192, 8192]
   const LayerPlan& fc2 = *plan.find("fc2");
   const auto fwd_rs = steps_of(fc2.forward, StepKind::reduce_scatter);
   ASSERT_EQ(fwd_rs.size(), 1u);
-  EXPECT_EQ(fwd_rs[0]->bytes_per_rank, 7ull * 8192 * 8192 * 2 / 8);  // bf16 Y [8192, 8192]
+  EXPECT_EQ(fwd_rs[0]->bytes_per_rank(), 7ull * 8192 * 8192 * 2 / 8);  // bf16 Y [8192, 8192]
   const auto dy_gather = steps_of(fc2.backward, StepKind::all_gather);
   ASSERT_EQ(dy_gather.size(), 1u);  // rowwise only: the columnwise copy is a transpose
-  EXPECT_EQ(dy_gather[0]->bytes_per_rank, 7ull * 8192 * 8192 / 8);
-  EXPECT_EQ(fc2.tensor(dy_gather[0]->inputs[0]).type, ElemType::e5m2);
+  EXPECT_EQ(dy_gather[0]->bytes_per_rank(), 7ull * 8192 * 8192 / 8);
+  EXPECT_EQ(fc2.tensor(dy_gather[0]->as<AllGatherStep>()->in).type, ElemType::e5m2);
 }
 
 TEST(Planner, EveryExamplePlansAndChecksCleanForOneToEightRanks) {
@@ -230,21 +399,52 @@ TEST(Planner, NoQuantizedUsageIsUnused) {
 
 TEST(Planner, DelayedConsumerTakesChainedFp8Output) {
   Spec spec = testing::example("gpt_mlp.fp8");
+  spec.layers[0].output_fp8 = true;
   spec.layers[1].recipe.kind = RecipeKind::delayed;
   const Plan plan = plan_spec(spec);
   const LayerPlan& fc1 = *plan.find("fc1");
   const LayerPlan& fc2 = *plan.find("fc2");
-  ASSERT_NE(fc1.find("fc1.y.fp8.row"), nullptr);
-  ASSERT_NE(fc2.find("fc2.x.fp8.row"), nullptr);
-  EXPECT_TRUE(fc2.find("fc2.x.fp8.row")->external);
+  ASSERT_NE(fc1.io.y_fp8, kNoTensor);
+  EXPECT_EQ(fc1.io.y, kNoTensor);
+  ASSERT_NE(fc2.io.x_fp8, kNoTensor);
+  EXPECT_EQ(fc2.io.x, kNoTensor);
+  EXPECT_TRUE(fc2.tensor(fc2.io.x_fp8).external);
   for (const Step* q : all_steps_of(fc2, StepKind::quantize))
-    EXPECT_NE(fc2.tensor(q->inputs[0]).name, "fc2.x");  // the input is not re-quantized
+    EXPECT_NE(fc2.tensor(q->as<QuantizeStep>()->src).quantity, Quantity::x)
+        << "the input is not re-quantized";
+  EXPECT_EQ(delayed_keys(fc2).front(), "x");
 }
 
 TEST(Planner, RecipeNoneHasNoFp8) {
   const Plan plan = plan_spec(testing::example("single_gpu_reference.fp8"));
   for (const auto& l : plan.layers)
     for (const auto& t : l.tensors) EXPECT_FALSE(t.is_fp8()) << t.name;
+}
+
+// Every step names its operands: the io fields and the typed operands agree
+// with what the steps read and write.
+TEST(Planner, IoNamesTheLayersTensors) {
+  for (const auto& file : testing::example_files()) {
+    const Plan plan = plan_spec(testing::example(file), PlanOptions{std::nullopt, 256});
+    for (const auto& l : plan.layers) {
+      SCOPED_TRACE(file + " " + l.layer);
+      if (l.io.x != kNoTensor) EXPECT_EQ(l.tensor(l.io.x).quantity, Quantity::x);
+      EXPECT_EQ(l.tensor(l.io.w).quantity, Quantity::w);
+      EXPECT_EQ(l.tensor(l.io.dy).quantity, Quantity::dy);
+      EXPECT_EQ(l.tensor(l.io.dx).quantity, Quantity::dx);
+      EXPECT_EQ(l.tensor(l.io.dw).quantity, Quantity::dw);
+      EXPECT_NE(producer_of(l, l.io.dx), nullptr);
+      EXPECT_NE(producer_of(l, l.io.dw), nullptr);
+      EXPECT_NE(producer_of(l, l.io.y != kNoTensor ? l.io.y : l.io.y_fp8), nullptr);
+      if (l.io.db != kNoTensor) EXPECT_NE(producer_of(l, l.io.db), nullptr);
+      for (const auto& d : l.delayed) {
+        EXPECT_TRUE(l.tensor(d.scale).external);
+        EXPECT_EQ(l.tensor(d.scale).quantity, d.quantity);
+        ASSERT_NE(d.next_scale, kNoTensor);
+        EXPECT_NE(producer_of(l, d.next_scale), nullptr);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -30,7 +30,7 @@ LayerPlan plan_of(const Spec& spec, std::uint32_t ranks, std::uint64_t tokens) {
 bool has_step(const LayerPlan& p, StepKind kind) {
   for (const auto* pass : {&p.forward, &p.backward})
     for (const auto& s : *pass)
-      if (s.kind == kind) return true;
+      if (s.kind() == kind) return true;
   return false;
 }
 

@@ -1,14 +1,21 @@
-// What the GPU executor decides without a GPU: which kernels a layer needs
-// (with the fallbacks: a kernel after a GEMM that cannot apply relu/silu,
-// dequantize kernels for block-scaled GEMM operands, an fp32-staged dact for
-// block formats), and which layers it refuses up front, naming why. Always
-// runs.
+// What the GPU executor runs, decided without a GPU by the lowering: which
+// kernels a layer needs (with the fallbacks: a kernel after a GEMM that
+// cannot apply relu/silu, dequantize kernels for block-scaled GEMM operands,
+// an fp32-staged dact for block formats), and which layers it refuses up
+// front, naming why. Always runs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <variant>
 
 #include "../cpu/cpu_test_support.hpp"
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <set>
+
+#include "api/session_plan.hpp"
 #include "codegen/plan/planner.hpp"
 #include "fp8c/dsl.hpp"
 #include "runtime/gpu/rank_executor.hpp"
@@ -19,17 +26,17 @@ namespace {
 using cpu::testing::layer_text;
 using cpu::testing::spec_from;
 
-LayerKernels kernels_of(const std::string& text, std::uint32_t ranks, std::uint64_t tokens) {
+LoweredLayer kernels_of(const std::string& text, std::uint32_t ranks, std::uint64_t tokens) {
   const Spec spec = spec_from(text);
   PlanOptions o;
   o.ranks = ranks;
   o.tokens = tokens;
   const Plan plan = plan_spec(spec, o);
-  return layer_kernels(spec.layers[0], plan.layers[0]);
+  return lower_for_gpu(spec.layers[0], plan.layers[0]);
 }
 
 template <typename K>
-std::vector<K> all_of(const LayerKernels& k) {
+std::vector<K> all_of(const LoweredLayer& k) {
   std::vector<K> out;
   for (const auto& g : k.kernels)
     if (const auto* d = std::get_if<K>(&g.description)) out.push_back(*d);
@@ -45,8 +52,14 @@ TEST(ExecutorLogic, EveryExampleAtItsRanksHasEveryKernelItNeeds) {
     o.tokens = 1024;
     const Plan plan = plan_spec(spec, o);
     for (const auto& lp : plan.layers) {
-      LayerKernels k;
-      EXPECT_NO_THROW(k = layer_kernels(*spec.find_layer(lp.layer), lp)) << lp.layer;
+      LoweredLayer k;
+      EXPECT_NO_THROW(k = lower_for_gpu(*spec.find_layer(lp.layer), lp)) << lp.layer;
+      // One lowered step per plan step, each with what it runs.
+      EXPECT_EQ(k.forward.size(), lp.forward.size());
+      EXPECT_EQ(k.backward.size(), lp.backward.size());
+      EXPECT_EQ(k.update.size(), lp.update.size());
+      for (const auto* pass : {&k.forward, &k.backward, &k.update})
+        for (const auto& step : *pass) EXPECT_FALSE(step.actions.empty());
       // No duplicates: the set is compiled once.
       for (std::size_t i = 0; i < k.kernels.size(); ++i)
         for (std::size_t j = i + 1; j < k.kernels.size(); ++j)
@@ -93,8 +106,9 @@ TEST(ExecutorLogic, BlockFormatsStageDactInFp32ThenQuantizeFromIt) {
   const auto blocks = all_of<BlockQuantizeKernel>(k);
   EXPECT_TRUE(std::any_of(blocks.begin(), blocks.end(),
                           [](const auto& b) { return b.input == ElemType::fp32; }));
-  EXPECT_FALSE(std::find(k.dbias_outputs.begin(), k.dbias_outputs.end(), ElemType::bf16) ==
-               k.dbias_outputs.end());
+  const auto reduces = all_of<DbiasReduceKernel>(k);
+  EXPECT_TRUE(std::any_of(reduces.begin(), reduces.end(),
+                          [](const auto& r) { return r.output == ElemType::bf16; }));
 }
 
 TEST(ExecutorLogic, NanErrorWithoutAnAmaxIsRefusedNamingTheTensor) {
@@ -116,6 +130,41 @@ TEST(ExecutorLogic, DelayedScaleUpdatesUseTheExecutorsStateStride) {
   ASSERT_EQ(updates.size(), 1u);
   EXPECT_EQ(updates[0].scale_stride, DeviceLayerState::kScaleStride);
   EXPECT_EQ(updates[0].history_length, 8u);
+}
+
+// `fp8c emit` (and so `fp8c compile`, which reads the same lowering) lists
+// exactly the kernels a Session compiles, for every example: the tool is
+// run as a user runs it, found beside this test binary in the build tree.
+TEST(ExecutorLogic, Fp8cEmitListsTheKernelsASessionCompiles) {
+  const std::filesystem::path self = std::filesystem::canonical("/proc/self/exe");
+  const std::filesystem::path tool = self.parent_path().parent_path().parent_path() / "tools/fp8c";
+  if (!std::filesystem::exists(tool)) GTEST_SKIP() << "no fp8c binary at " << tool;
+  for (const char* name : {"ada_delayed", "current_scaling_debug", "single_gpu_reference",
+                           "blockwise_mlp", "mxfp8_proj", "gpt_mlp", "attention_out_then_mlp"}) {
+    SCOPED_TRACE(name);
+    const std::string file = std::string(FP8C_EXAMPLES_DIR) + "/" + name + ".fp8";
+    SessionOptions o;
+    o.tokens = 2048;
+    std::set<std::string> session;
+    for (const auto& k : plan_session(load_spec(file), o, 1).lowered.kernels)
+      session.insert(k.kernel.name());
+    const std::string command = tool.string() + " emit " + file + " --ranks 1 --tokens 2048";
+    FILE* pipe = popen(command.c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    std::set<std::string> emitted;
+    char line[4096];
+    const std::string head = "// ---- kernel ";
+    while (std::fgets(line, sizeof line, pipe)) {
+      std::string l(line);
+      if (l.rfind(head, 0) != 0) continue;
+      l = l.substr(head.size());
+      while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
+      emitted.insert(l);
+    }
+    EXPECT_EQ(pclose(pipe), 0) << command;
+    EXPECT_FALSE(session.empty());
+    EXPECT_EQ(emitted, session);
+  }
 }
 
 }  // namespace

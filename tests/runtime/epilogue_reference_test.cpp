@@ -14,7 +14,8 @@
 #include <random>
 #include <span>
 
-#include "codegen/kernels/plan_kernels.hpp"
+#include "codegen/lower/lowered.hpp"
+#include "runtime/reference/element_store.hpp"
 #include "codegen/numerics/amax.hpp"
 #include "codegen/numerics/half.hpp"
 #include "codegen/plan/planner.hpp"
@@ -36,16 +37,18 @@ Spec spec_from(const std::string& text) {
   return *r.spec;
 }
 
-// The kernel plan_kernels maps step `s` to.
+// The kernel the lowering launches for step `s` in `role`.
 template <typename Kernel>
-Kernel kernel_for(const LayerPlan& plan, const Layer& layer, const Step& s) {
+Kernel kernel_for(const LayerPlan& plan, const Layer& layer, const Step& s, LaunchRole role) {
   LayerPlan one = plan;
   one.forward = {s};
   one.backward.clear();
   one.update.clear();
-  PlanKernels k;
-  collect_kernels(one, layer, k);
-  return std::get<Kernel>(k.kernels.at(0).kernel.description);
+  const LoweredLayer lowered = lower_layer(layer, one);
+  for (const auto& action : lowered.forward.at(0).actions)
+    if (const auto* k = std::get_if<KernelLaunch>(&action); k && k->role == role)
+      return std::get<Kernel>(k->kernel.description);
+  throw std::runtime_error("the step has no such launch");
 }
 
 // Index of the first differing byte, or -1 (instead of printing both buffers).
@@ -54,10 +57,6 @@ std::int64_t first_difference(const std::vector<std::uint8_t>& a,
   if (a.size() != b.size()) return 0;
   const auto m = std::mismatch(a.begin(), a.end(), b.begin());
   return m.first == a.end() ? -1 : m.first - a.begin();
-}
-
-std::string key_of(const LayerPlan& plan, int id) {
-  return plan.tensor(id).name.substr(plan.layer.size() + 1);
 }
 
 struct EpilogueCase {
@@ -79,10 +78,10 @@ void check_epilogue_steps(const EpilogueCase& c) {
   options.backend = collectives::Backend::kInProcess;
   for (const auto* pass : {&lp.forward, &lp.backward})
     for (const Step& s : *pass)
-      if (s.kind == StepKind::epilogue) {
+      if (s.kind() == StepKind::epilogue || s.kind() == StepKind::grad_epilogue) {
         steps.push_back(&s);
-        for (int id : s.inputs) options.capture.push_back(lp.tensor(id).name);
-        for (int id : s.outputs) options.capture.push_back(lp.tensor(id).name);
+        for (int id : s.inputs()) options.capture.push_back(lp.tensor(id).name);
+        for (int id : s.outputs()) options.capture.push_back(lp.tensor(id).name);
       }
   ASSERT_FALSE(steps.empty()) << "no epilogue step";
   const auto results =
@@ -93,51 +92,57 @@ void check_epilogue_steps(const EpilogueCase& c) {
       return captured.at(lp.tensor(id).name).bytes;
     };
     for (const Step* s : steps) {
-      const EpilogueKernel k = kernel_for<EpilogueKernel>(lp, layer, *s);
+      const EpilogueKernel k = kernel_for<EpilogueKernel>(lp, layer, *s, LaunchRole::epilogue);
       SCOPED_TRACE(k.name());
-      const Tensor& in = lp.tensor(s->inputs[0]);
-      const std::int64_t rows = in.dims[0].local, cols = in.dims[1].local;
       const void *bias = nullptr, *pre = nullptr;
       float scale = 1.0f;
-      for (int id : s->inputs) {
-        const std::string key = key_of(lp, id);
-        if (key == "b") bias = bytes(id).data();
-        if (key == "z") pre = bytes(id).data();
-        if (key == "y.scale_inv") std::memcpy(&scale, bytes(id).data(), 4);
+      int in = kNoTensor, out = kNoTensor, pre_out = kNoTensor, amax = kNoTensor,
+          dbias = kNoTensor;
+      if (const auto* e = s->as<EpilogueStep>()) {
+        in = e->in;
+        out = e->out;
+        if (e->epilogue.bias != kNoTensor) bias = bytes(e->epilogue.bias).data();
+        if (e->epilogue.out_scale != kNoTensor)
+          std::memcpy(&scale, bytes(e->epilogue.out_scale).data(), 4);
+        pre_out = e->epilogue.pre_activation;
+        amax = e->epilogue.out_amax;
+      } else {
+        const auto& g = *s->as<GradEpilogueStep>();
+        in = g.dy;
+        out = g.out;
+        if (g.pre_activation != kNoTensor) pre = bytes(g.pre_activation).data();
+        dbias = g.dbias;
       }
-      const EpilogueResult want =
-          reference_epilogue(k, bytes(s->inputs[0]).data(), bias, pre, scale, rows, cols);
-      for (int id : s->outputs) {
-        const std::string key = key_of(lp, id);
-        const auto& got = bytes(id);
-        if (key == "z") {
-          EXPECT_EQ(first_difference(got, want.pre_out), -1) << key;
-        } else if (key == "y.amax") {
-          std::uint32_t bits;
-          std::memcpy(&bits, got.data(), 4);
-          EXPECT_EQ(bits, want.amax_bits) << key;
-        } else if (key == "db") {
-          // The executor sums each column top to bottom, the kernel (and
-          // reference) by 32-row quarters and 128-row tiles: equal when one
-          // quarter holds every row, else within the summation bound.
-          ASSERT_EQ(got.size(), static_cast<std::size_t>(cols) * element_bytes(k.input));
-          for (std::int64_t col = 0; col < cols; ++col) {
-            double magnitude = 0;
-            for (std::int64_t r = 0; r < rows; ++r)
-              magnitude += std::fabs(reference_epilogue_value(k, bytes(s->inputs[0]).data(),
-                                                              nullptr, pre, r * cols + col, cols));
-            const double bound = rows <= 32 ? 0.0 : 2.0 * rows * 0x1p-24 * magnitude;
-            const float g = load_element(k.input, got.data(), col);
-            const float w = cpu::round_to(k.input, want.dbias[static_cast<std::size_t>(col)]);
-            if (bound == 0.0)
-              EXPECT_EQ(std::bit_cast<std::uint32_t>(g), std::bit_cast<std::uint32_t>(w))
-                  << "db[" << col << "]";
-            else
-              EXPECT_TRUE(close_after_rounding(g, w, bound, k.input))
-                  << "db[" << col << "] = " << g << ", want " << w;
-          }
-        } else {
-          EXPECT_EQ(first_difference(got, want.out), -1) << key;
+      const Tensor& input = lp.tensor(in);
+      const std::int64_t rows = input.dims[0].local, cols = input.dims[1].local;
+      const EpilogueResult want = reference_epilogue(k, bytes(in).data(), bias, pre, scale, rows, cols);
+      EXPECT_EQ(first_difference(bytes(out), want.out), -1) << lp.tensor(out).name;
+      if (pre_out != kNoTensor) EXPECT_EQ(first_difference(bytes(pre_out), want.pre_out), -1);
+      if (amax != kNoTensor) {
+        std::uint32_t bits;
+        std::memcpy(&bits, bytes(amax).data(), 4);
+        EXPECT_EQ(bits, want.amax_bits);
+      }
+      if (dbias != kNoTensor) {
+        // The executor sums each column top to bottom, the kernel (and
+        // reference) by 32-row quarters and 128-row tiles: equal when one
+        // quarter holds every row, else within the summation bound.
+        const auto& got = bytes(dbias);
+        ASSERT_EQ(got.size(), static_cast<std::size_t>(cols) * element_bytes(k.input));
+        for (std::int64_t col = 0; col < cols; ++col) {
+          double magnitude = 0;
+          for (std::int64_t r = 0; r < rows; ++r)
+            magnitude += std::fabs(
+                reference_epilogue_value(k, bytes(in).data(), nullptr, pre, r * cols + col, cols));
+          const double bound = rows <= 32 ? 0.0 : 2.0 * rows * 0x1p-24 * magnitude;
+          const float g = load_element(k.input, got.data(), col);
+          const float w = cpu::round_to(k.input, want.dbias[static_cast<std::size_t>(col)]);
+          if (bound == 0.0)
+            EXPECT_EQ(std::bit_cast<std::uint32_t>(g), std::bit_cast<std::uint32_t>(w))
+                << "db[" << col << "]";
+          else
+            EXPECT_TRUE(close_after_rounding(g, w, bound, k.input))
+                << "db[" << col << "] = " << g << ", want " << w;
         }
       }
     }
@@ -150,10 +155,10 @@ TEST(EpilogueReference, MatchesTheCpuExecutorsEpilogueSteps) {
       // delayed consumer with its amax.
       {R"(layer l = linear { in = 256  out = 96  bias = true  recipe = delayed {}
            layout = { tensor_parallel = 2 } row })",
-       2, 40},
+       2, 48},
       {R"(layer l = linear { in = 256  out = 96  bias = true  activation = gelu  dtype = fp16
            output = fp32  recipe = current {}  layout = { tensor_parallel = 2 } row })",
-       2, 40},
+       2, 48},
       {R"(layer l = linear { in = 256  out = 64  activation = relu  recipe = blockwise {}
            layout = { tensor_parallel = 2  sequence_parallel = true } row })",
        2, 256},
@@ -161,7 +166,7 @@ TEST(EpilogueReference, MatchesTheCpuExecutorsEpilogueSteps) {
           layer l = linear { in = 256  out = 96  bias = true  activation = silu  output = fp8
             recipe = delayed {}  layout = tp row }
           layer m = linear { input = l  out = 64  recipe = delayed {}  layout = tp column })",
-       2, 40},
+       2, 48},
       // Backward: dact + dbias in high precision (recipe none), dbias alone,
       // dact alone for a fallback GEMM; one quarter and several tiles.
       {R"(layer l = linear { in = 64  out = 96  bias = true  activation = relu  dtype = fp16
@@ -173,7 +178,7 @@ TEST(EpilogueReference, MatchesTheCpuExecutorsEpilogueSteps) {
       {R"(layer l = linear { in = 64  out = 96  bias = true  recipe = none })", 1, 300},
       {R"(layer l = linear { in = 64  out = 96  activation = silu  recipe = delayed {}
            debug = { fallback = dgrad } })",
-       1, 40},
+       1, 48},
   };
   for (const auto& c : cases) check_epilogue_steps(c);
 }
@@ -194,19 +199,20 @@ float random_scale(std::mt19937& rng) {
                     static_cast<int>(rng() % 40) - 20);
 }
 
-// Every dequantize step of the plans below: the executor's decode() and
-// store on random bytes, against the reference on the same bytes with the
-// layout the GPU executor passes (segments, segmented).
+// Every block-scaled GEMM operand the lowering dequantizes in the plans
+// below: the executor's decode() and store on random bytes, against the
+// reference on the same bytes with the layout the GPU executor passes
+// (segments, segmented).
 TEST(DequantizeReference, MatchesTheCpuExecutorsDecodeOnEveryPlannedLayout) {
   const char* text = R"(
 layout tp = { tensor_parallel = 2  sequence_parallel = true }
 layer a = linear {
   in = 256  out = 512  bias = true  activation = gelu  recipe = blockwise {}
-  layout = tp column  debug = { stats = true  fallback = all }
+  layout = tp column  debug = { stats = true }
 }
 layer c = linear {
   in = 512  out = 256  bias = true  activation = relu  recipe = mxfp8 {}
-  layout = tp row  debug = { fallback = dgrad wgrad }
+  layout = tp row
 }
 layer d = linear {
   in = 256  out = 256  dtype = fp16  recipe = current {}  layout = tp row
@@ -221,16 +227,24 @@ layer e = linear {
   std::mt19937 rng(11);
   int checked = 0, segmented = 0, transposed = 0;
   for (std::uint32_t ranks : {1u, 2u, 4u}) {
-    // 1000 tokens: rank segments of 500 and 250 (not multiples of 128 or 4).
-    for (std::uint64_t tokens : {1000u, 1024u}) {
+    // 1056 tokens: rank segments of 528 and 264 (not multiples of 128).
+    for (std::uint64_t tokens : {1056u, 1024u}) {
       const Plan plan = plan_spec(spec, {ranks, tokens});
       for (const LayerPlan& lp : plan.layers) {
         const Layer& layer = *spec.find_layer(lp.layer);
-        for (const auto* pass : {&lp.forward, &lp.backward})
-          for (const Step& s : *pass) {
-            if (s.kind != StepKind::dequantize) continue;
-            const Tensor& q = lp.tensor(s.inputs[0]);
-            const DequantizeKernel k = kernel_for<DequantizeKernel>(lp, layer, s);
+        const LoweredLayer lowered = lower_layer(layer, lp);
+        for (const auto& [pass, low] : {std::pair{&lp.forward, &lowered.forward},
+                                        std::pair{&lp.backward, &lowered.backward}})
+          for (std::size_t si = 0; si < pass->size(); ++si)
+            for (const auto& action : (*low)[si].actions) {
+            const auto* launch = std::get_if<KernelLaunch>(&action);
+            if (!launch || (launch->role != LaunchRole::dequantize_a &&
+                            launch->role != LaunchRole::dequantize_b))
+              continue;
+            const GemmStep& gemm = *(*pass)[si].as<GemmStep>();
+            const Tensor& q =
+                lp.tensor(launch->role == LaunchRole::dequantize_a ? gemm.a : gemm.b);
+            const DequantizeKernel k = std::get<DequantizeKernel>(launch->kernel.description);
             SCOPED_TRACE(k.name() + " of " + q.name + " at " + std::to_string(ranks) + " ranks");
             cpu::TensorStore store(lp);
             fill_random(store.bytes(q.id), rng);
@@ -247,12 +261,15 @@ layer e = linear {
                 std::memcpy(sb.data() + i, &v, 4);
               }
             }
-            const int out = s.outputs[0];
-            store.write_hp(out, cpu::decode(store, q.id, true));
+            // What the executor's decode() and a store in the output type make.
+            const std::vector<float> decoded = cpu::decode(store, q.id, true);
+            std::vector<std::uint8_t> got_bytes(decoded.size() * element_bytes(k.output));
+            for (std::size_t i = 0; i < decoded.size(); ++i)
+              store_element(k.output, got_bytes.data(), static_cast<std::int64_t>(i), decoded[i]);
             DequantizeLayout layout;
             layout.outer = q.dims[static_cast<std::size_t>(q.outer_dim())].local;
             layout.inner = q.dims[static_cast<std::size_t>(q.inner_dim())].local;
-            layout.segments = store.gathered_inner(q.id) ? static_cast<int>(ranks) : 1;
+            layout.segments = static_cast<int>(q.block_segments[static_cast<std::size_t>(q.inner_dim())]);
             layout.segmented = q.segmented.has_value();
             if (q.scaling != Scaling::per_tensor) {
               ASSERT_EQ(static_cast<std::size_t>(dequantize_scale_count(k, layout)) *
@@ -263,7 +280,7 @@ layer e = linear {
                 k, store.bytes(q.id).data(),
                 q.scaling == Scaling::per_tensor ? nullptr : store.bytes(q.scale).data(),
                 tensor_scale, layout);
-            const auto got = store.bytes(out);
+            const auto& got = got_bytes;
             ASSERT_EQ(got.size(), want.out.size());
             const std::size_t width = element_bytes(k.output);
             std::size_t mismatches = 0;
@@ -277,8 +294,10 @@ layer e = linear {
                 ADD_FAILURE() << "element " << i << ": executor " << g << ", reference " << w;
             }
             EXPECT_EQ(mismatches, 0u);
-            const float amax = numerics::amax(cpu::decode(store, q.id, true));
-            EXPECT_EQ(std::bit_cast<std::uint32_t>(amax), want.amax_bits);
+            if (k.amax) {
+              const float amax = numerics::amax(decoded);
+              EXPECT_EQ(std::bit_cast<std::uint32_t>(amax), want.amax_bits);
+            }
             ++checked;
             segmented += layout.segmented;
             transposed += k.transpose;

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <set>
 
-#include "codegen/kernels/plan_kernels.hpp"
+#include "codegen/lower/lowered.hpp"
 #include "codegen/plan/planner.hpp"
 #include "fp8c/dsl.hpp"
 #include "kernel_variants.hpp"
@@ -51,7 +51,7 @@ TEST(KernelCompile, EveryExampleSpecsKernelsCompileWithoutSpills) {
     if (entry.path().extension() != ".fp8") continue;
     ++specs;
     const Spec spec = load_spec(entry.path().string());
-    const PlanKernels kernels = kernels_for(plan_spec(spec, {std::nullopt, 1024}), spec);
+    const LoweredPlan kernels = lower_plan(spec, plan_spec(spec, {std::nullopt, 1024}));
     for (const auto& p : kernels.kernels) sources.push_back(emit_cuda(p.kernel));
   }
   ASSERT_GE(specs, 5u);

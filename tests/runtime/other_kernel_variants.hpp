@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "codegen/kernels/plan_kernels.hpp"
+#include "codegen/lower/lowered.hpp"
 
 namespace fp8c::testing {
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <iostream>
 
-#include "codegen/kernels/plan_kernels.hpp"
+#include "codegen/lower/lowered.hpp"
 #include "codegen/plan/planner.hpp"
 #include "fp8c/dsl.hpp"
 #include "runtime/jit.hpp"
@@ -76,39 +76,43 @@ std::string parse(const Args& args, KernelOptions& o, bool compile) {
   return o.file.empty() ? "no file given" : "";
 }
 
-// The spec's kernels, or nullopt after printing why there are none.
-std::optional<PlanKernels> plan_kernels(const KernelOptions& o) {
+// The spec's lowering (its kernels: exactly what a Session compiles), or
+// nullopt after printing why there is none.
+std::optional<LoweredPlan> lowered_kernels(const KernelOptions& o, const char* command) {
   const std::optional<Spec> loaded = load_spec_reporting(o.file);
   if (!loaded) return std::nullopt;
-  const Spec& spec = *loaded;
+  Spec spec = *loaded;
   if (!o.layer.empty() && !spec.find_layer(o.layer)) {
-    std::cerr << "fp8c: " << o.file << " has no layer '" << o.layer << "'\n";
+    std::cerr << "fp8c " << command << ": " << o.file << " has no layer '" << o.layer << "'\n";
     return std::nullopt;
   }
   try {
     const Plan plan = plan_spec(spec, o.plan);
-    PlanKernels out;
-    for (const auto& layer_plan : plan.layers)
-      if (o.layer.empty() || layer_plan.layer == o.layer)
-        collect_kernels(layer_plan, *spec.find_layer(layer_plan.layer), out);
-    return out;
+    LoweredPlan lowered = lower_plan(spec, plan);
+    if (!o.layer.empty()) {
+      // Only that layer's kernels (and what it cannot run).
+      Plan one;
+      one.tokens = plan.tokens;
+      one.layers.push_back(*plan.find(o.layer));
+      lowered = lower_plan(spec, one);
+    }
+    return lowered;
   } catch (const PlanError& e) {
-    std::cerr << "fp8c: " << e.what() << "\n";
+    std::cerr << "fp8c " << command << ": " << e.what() << "\n";
     return std::nullopt;
   }
 }
 
-void report_not_generated(const PlanKernels& kernels) {
-  if (kernels.not_generated.empty()) return;
-  std::cerr << "note: " << kernels.not_generated.size()
-            << " step(s) have no kernel generator yet and are not emitted:\n";
-  for (const auto& s : kernels.not_generated) std::cerr << "  " << s << "\n";
+void report_unsupported(const LoweredPlan& lowered) {
+  if (lowered.unsupported.empty()) return;
+  std::cerr << "note: a Session refuses this spec on the GPU:\n";
+  for (const auto& s : lowered.unsupported) std::cerr << "  " << s << "\n";
 }
 
 int run_emit(const Args& args) {
   KernelOptions o;
   if (auto error = parse(args, o, false); !error.empty()) return usage_error("emit", error);
-  const auto kernels = plan_kernels(o);
+  const auto kernels = lowered_kernels(o, "emit");
   if (!kernels) return 1;
   bool found = o.kernel.empty();
   for (const auto& p : kernels->kernels) {
@@ -123,7 +127,7 @@ int run_emit(const Args& args) {
     for (const auto& p : kernels->kernels) std::cerr << "  " << p.kernel.name() << "\n";
     return 1;
   }
-  report_not_generated(*kernels);
+  report_unsupported(*kernels);
   return 0;
 }
 
@@ -142,7 +146,7 @@ const char* outcome(runtime::CacheOutcome c) {
 int run_compile(const Args& args) {
   KernelOptions o;
   if (auto error = parse(args, o, true); !error.empty()) return usage_error("compile", error);
-  const auto kernels = plan_kernels(o);
+  const auto kernels = lowered_kernels(o, "compile");
   if (!kernels) return 1;
   std::vector<KernelSource> sources;
   for (const auto& p : kernels->kernels) sources.push_back(emit_cuda(p.kernel));
@@ -175,7 +179,7 @@ int run_compile(const Args& args) {
   }
   std::printf("%zu kernels for %s in %.1f ms wall (cache %s)\n", compiled.size(), o.arch.c_str(),
               wall, jit.cache().directory().c_str());
-  report_not_generated(*kernels);
+  report_unsupported(*kernels);
   if (spills) std::cerr << "warning: " << spills << " bytes of register spills\n";
   if (unknown)
     std::cerr << "warning: spills of " << unknown
@@ -191,22 +195,24 @@ const std::vector<Command>& kernel_commands() {
       {"emit", "print the generated CUDA C++ of a spec's kernels",
        "usage: fp8c emit FILE [--layer L] [--kernel K] [--ranks N] [--tokens M]\n"
        "\n"
-       "Plans FILE (as `fp8c plan` does) and prints the CUDA C++ source of every\n"
-       "kernel the plan needs, each headed by the steps that use it. Kernels\n"
-       "needed by several steps are printed once.\n"
+       "Plans and lowers FILE (as `fp8c plan --lowered` does) and prints the CUDA\n"
+       "C++ source of every kernel the lowered plan launches (the ones a Session\n"
+       "compiles), each headed by the steps that use it. Kernels needed by\n"
+       "several steps are printed once.\n"
        "\n"
        "  --layer L    only the kernels of layer L\n"
        "  --kernel K   only kernel K (names as `fp8c compile` lists them)\n"
        "  --ranks N, --tokens M   as for `fp8c plan`\n"
        "\n"
-       "Steps whose generator does not exist yet are listed on stderr.\n"
+       "What the GPU executor cannot run yet is listed on stderr.\n"
        "Exit status: 0 success, 1 invalid spec or unknown kernel, 2 usage error.\n",
        run_emit},
       {"compile", "compile a spec's kernels with NVRTC (no GPU needed)",
        "usage: fp8c compile FILE [--arch ARCH] [--layer L] [--threads T] [--cache-dir D]\n"
        "                        [--ranks N] [--tokens M]\n"
        "\n"
-       "Compiles every kernel of FILE's plan to a CUBIN for ARCH (default sm_90a)\n"
+       "Compiles every kernel of FILE's lowered plan (the kernels a Session\n"
+       "compiles) to a CUBIN for ARCH (default sm_90a)\n"
        "through NVRTC, in parallel, through the on-disk cache, and prints per\n"
        "kernel: compile ms (cache read ms on a hit), CUBIN bytes, registers,\n"
        "spilled bytes, and whether the cache had it. The cache is FP8C_CACHE_DIR,\n"

@@ -2,6 +2,7 @@
 
 #include <iostream>
 
+#include "codegen/lower/lowered.hpp"
 #include "codegen/plan/plan_print.hpp"
 #include "codegen/plan/planner.hpp"
 #include "fp8c/dsl.hpp"
@@ -11,7 +12,7 @@ namespace fp8c::tools {
 namespace {
 
 constexpr std::string_view kPlanHelp =
-    "usage: fp8c plan FILE [--layer L] [--ranks N] [--tokens M] [--json]\n"
+    "usage: fp8c plan FILE [--layer L] [--ranks N] [--tokens M] [--json | --lowered]\n"
     "\n"
     "Plans every layer of FILE (or only layer L) for one training step of M\n"
     "tokens (default 8192) on N tensor-parallel ranks (default: each layer's\n"
@@ -26,13 +27,17 @@ constexpr std::string_view kPlanHelp =
     "               and the tokens when sequence parallel)\n"
     "  --tokens M   total tokens of the step (default 8192)\n"
     "  --json       JSON instead of text (schema: docs/plan-json.md)\n"
+    "  --lowered    what runs for each step on the GPU: kernel launches (and the\n"
+    "               role of each), GEMM calls (backend, operands, epilogue),\n"
+    "               collectives and their stream, staging buffers, fallbacks, and\n"
+    "               the kernels a Session compiles (docs/plan-json.md)\n"
     "\n"
     "Exit status: 0 success, 1 invalid spec or planning error, 2 usage error.\n";
 
 int run_plan(const Args& args) {
   std::string file, layer;
   PlanOptions options;
-  bool json = false;
+  bool json = false, lowered = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&](const char* option, std::string& out) {
@@ -44,6 +49,8 @@ int run_plan(const Args& args) {
     std::string v;
     if (a == "--json") {
       json = true;
+    } else if (a == "--lowered") {
+      lowered = true;
     } else if (a == "--layer") {
       if (!value("--layer", layer)) return usage_error("plan", "--layer needs a layer name");
     } else if (a == "--ranks" || a == "--tokens") {
@@ -65,6 +72,7 @@ int run_plan(const Args& args) {
     }
   }
   if (file.empty()) return usage_error("plan", "no file given");
+  if (json && lowered) return usage_error("plan", "--json and --lowered do not go together");
   const std::optional<Spec> loaded = load_spec_reporting(file);
   if (!loaded) return 1;
   const Spec& spec = *loaded;
@@ -84,7 +92,10 @@ int run_plan(const Args& args) {
     return 1;
   }
   if (!layer.empty()) std::erase_if(plan.layers, [&](const auto& l) { return l.layer != layer; });
-  std::cout << (json ? plan_to_json(plan) : print_plan(plan));
+  if (lowered)
+    std::cout << print_lowered(plan, lower_plan(spec, plan));
+  else
+    std::cout << (json ? plan_to_json(plan) : print_plan(plan));
   return 0;
 }
 

@@ -1,0 +1,86 @@
+// `fp8c plan --lowered`: per layer and pass, each plan step and what runs
+// for it: kernel launches (role, kernel), GEMM calls, collectives.
+#include <sstream>
+
+#include "codegen/lower/lowered.hpp"
+
+namespace fp8c {
+namespace {
+
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
+
+std::string describe(const GemmCall& g) {
+  std::string s = "gemm " + std::string(to_string(g.role)) + " on " + g.backend + ", ";
+  switch (g.operands) {
+    case GemmCall::Operands::fp8:
+      s += "FP8 operands";
+      break;
+    case GemmCall::Operands::high_precision:
+      s += "high-precision operands";
+      break;
+    case GemmCall::Operands::dequantized:
+      s += "dequantized operands";
+      break;
+  }
+  if (g.bias) s += ", +bias";
+  if (g.activation != Activation::none) s += ", +" + std::string(to_string(g.activation));
+  if (g.fp8_output) s += ", FP8 output with amax";
+  if (g.activation_after) s += ", writes the pre-activation";
+  if (g.segments > 1) s += ", " + std::to_string(g.segments) + " K segments (accumulating)";
+  return s;
+}
+
+void print_pass(std::ostringstream& o, const LayerPlan& lp, const char* name,
+                const std::vector<Step>& steps, const std::vector<LoweredStep>& lowered) {
+  if (steps.empty()) return;
+  o << "  " << name << ":\n";
+  for (std::size_t i = 0; i < steps.size() && i < lowered.size(); ++i) {
+    const std::vector<int> in = steps[i].inputs();
+    o << "    " << i << ". " << to_string(steps[i].kind())
+      << (in.empty() ? "" : " " + lp.tensor(in[0]).name) << "\n";
+    for (const auto& action : lowered[i].actions)
+      std::visit(Overloaded{
+                     [&](const KernelLaunch& k) {
+                       o << "         launch " << k.kernel.name() << " (" << to_string(k.role)
+                         << ")\n";
+                     },
+                     [&](const GemmCall& g) { o << "         " << describe(g) << "\n"; },
+                     [&](const CollectiveCall& c) {
+                       o << "         collective " << to_string(c.kind) << " on the "
+                         << (c.on_comm_stream ? "communication" : "main") << " stream\n";
+                     },
+                 },
+                 action);
+  }
+}
+
+}  // namespace
+
+std::string print_lowered(const Plan& plan, const LoweredPlan& lowered) {
+  std::ostringstream o;
+  o << "lowered: " << plan.tokens << " tokens\n";
+  for (const LoweredLayer& l : lowered.layers) {
+    const LayerPlan* lp = plan.find(l.layer);
+    if (!lp) continue;
+    o << "\nlayer " << l.layer << " (" << l.ranks << " rank" << (l.ranks == 1 ? "" : "s") << ")\n";
+    for (const auto& n : l.notes) o << "  note: " << n << "\n";
+    for (const auto& u : l.unsupported) o << "  unsupported: " << u << "\n";
+    print_pass(o, *lp, "forward", lp->forward, l.forward);
+    print_pass(o, *lp, "backward", lp->backward, l.backward);
+    print_pass(o, *lp, "update", lp->update, l.update);
+    if (l.staging.dz_fp32 || l.staging.dequantized)
+      o << "  staging: dz (fp32) " << l.staging.dz_fp32 << " B, dequantized operands "
+        << l.staging.dequantized << " B\n";
+    o << "  kernels: " << l.kernels.size() << "\n";
+  }
+  o << "\nkernels to compile: " << lowered.kernels.size() << "\n";
+  for (const auto& k : lowered.kernels) o << "  " << k.kernel.name() << "\n";
+  return o.str();
+}
+
+}  // namespace fp8c

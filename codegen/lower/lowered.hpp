@@ -1,0 +1,129 @@
+// The lowering stage: plan + target -> exactly what runs. For each step of
+// each pass of a layer, the kernel launches (with the role each plays), the
+// GEMM calls (backend, operand form, epilogue, what runs after), and the
+// collectives (and on which stream); the staging buffers the fallbacks need;
+// and the set of kernels to compile. The GPU executor, Session, `fp8c emit`,
+// `fp8c compile`, `fp8c bench` and `fp8c plan --lowered` all read this, so
+// what is compiled is what runs. Choices that depend on what the GEMM backend
+// can do (a block-scaled GEMM on dequantized operands, a ReLU applied by a
+// kernel after the GEMM) are made here, visibly. Pure data: no CUDA.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "codegen/kernels/generated_kernel.hpp"
+#include "codegen/plan/plan.hpp"
+#include "fp8c/spec.hpp"
+
+namespace fp8c {
+
+// What a kernel launch does for its step.
+enum class LaunchRole {
+  amax,                   // an AmaxStep's amax pass
+  quantize,               // a QuantizeStep's cast (per-tensor or block kernel)
+  dact_to_staging,        // block quantize with dact/dbias: dz in fp32 into staging first
+  dbias_reduce,           // the step's dbias tile partials -> its dbias tensor
+  transpose,              // a TransposeStep
+  permute_data,           // a PermuteStep's data
+  permute_scales,         // ... and its block scales
+  epilogue,               // an EpilogueStep or a GradEpilogueStep
+  scale_update,           // a ScaleUpdateStep, every entry in one launch
+  dequantize_a,           // a GEMM's block-scaled operand A into staging (layer dtype)
+  dequantize_b,           // ... and B
+  activation_after_gemm,  // relu / silu on the pre-activation the GEMM wrote
+};
+
+struct KernelLaunch {
+  LaunchRole role = LaunchRole::quantize;
+  GeneratedKernel kernel;
+};
+
+// How a GEMM step runs on its backend.
+struct GemmCall {
+  enum class Operands {
+    fp8,             // FP8 operands with their scales, as the plan has them
+    high_precision,  // the layer dtype, as the plan has them
+    dequantized,     // block-scaled operands the backend cannot read: the
+                     // dequantize_a/b launches before it write them to staging
+  };
+  std::string backend = "cublaslt";
+  GemmRole role = GemmRole::fprop;
+  Operands operands = Operands::fp8;
+  // The backend's epilogue: bias, GELU with its pre-activation as aux, FP8
+  // output with scale and amax. relu / silu are not cuBLASLt epilogues: the
+  // GEMM writes the pre-activation (bias added) and activation_after_gemm
+  // makes the output.
+  bool bias = false;
+  Activation activation = Activation::none;
+  bool fp8_output = false;
+  bool activation_after = false;
+  // A segmented operand is read one rank segment at a time, `segments`
+  // accumulating calls (segments > 1).
+  std::uint32_t segments = 1;
+};
+
+struct CollectiveCall {
+  StepKind kind = StepKind::all_gather;
+  bool on_comm_stream = false;  // overlap = bulk / ring: a second stream, ordered by events
+};
+
+using LoweredAction = std::variant<KernelLaunch, GemmCall, CollectiveCall>;
+
+struct LoweredStep {
+  std::vector<LoweredAction> actions;  // in order
+};
+
+// Scratch space a layer's steps share, in bytes (0: none).
+struct StagingSizes {
+  std::uint64_t dz_fp32 = 0;      // dact_to_staging's output (largest source)
+  std::uint64_t dequantized = 0;  // both dequantized operands of the largest such GEMM
+};
+
+struct LoweredLayer {
+  std::string layer;
+  std::uint32_t ranks = 1;
+  // One entry per plan step, same order.
+  std::vector<LoweredStep> forward, backward, update;
+  StagingSizes staging;
+  // Every kernel the layer launches, each once, in order of first use.
+  std::vector<GeneratedKernel> kernels;
+  std::vector<std::string> notes;        // fallbacks taken, and why
+  std::vector<std::string> unsupported;  // what this target cannot run yet, and why
+
+  const std::vector<LoweredStep>& pass(std::string_view name) const;
+};
+
+struct LoweredKernel {
+  GeneratedKernel kernel;
+  std::vector<std::string> used_by;  // "fc1 forward step 2 (quantize fc1.x)", ...
+};
+
+struct LoweredPlan {
+  std::vector<LoweredLayer> layers;
+  std::vector<LoweredKernel> kernels;  // every layer's, each once
+  std::vector<std::string> unsupported;
+  const LoweredLayer* find(std::string_view layer) const;
+  std::vector<GeneratedKernel> kernel_list() const;
+};
+
+// The target the lowering chooses for: the GPU and its GEMM backend
+// (cuBLASLt on sm_90: per-tensor FP8, bias and GELU epilogues, FP8 output
+// with amax; block-scaled operands dequantized until the quantizer's scales
+// feed its block-scaled GEMM).
+struct LowerTarget {
+  Target arch;
+};
+
+LoweredLayer lower_layer(const Layer& layer, const LayerPlan& plan,
+                         const LowerTarget& target = {});
+LoweredPlan lower_plan(const Spec& spec, const Plan& plan, const LowerTarget& target = {});
+
+// `fp8c plan --lowered`.
+std::string print_lowered(const Plan& plan, const LoweredPlan& lowered);
+
+std::string_view to_string(LaunchRole);
+
+}  // namespace fp8c
