@@ -79,7 +79,7 @@ struct Tensor {
   // Block-scaled data whose blocks restart at each of `n` equal parts of a
   // logical dim, instead of running over the whole dim: a gathered tensor
   // (each rank quantized its own part), or a one-rank plan made on the block
-  // grid of an N-rank one (PlanOptions::block_grid_ranks). 1: no restart.
+  // grid of an N-rank one (PlanOptions::block_grid). 1: no restart.
   std::array<std::uint32_t, 2> block_segments{1, 1};
   // Provided from outside the pass: user input, weights, saved state, the
   // producer layer's output.

@@ -852,7 +852,7 @@ std::uint32_t layer_ranks(const Layer& layer, const PlanOptions& options) {
 
 Plan plan_spec(const Spec& spec, const PlanOptions& options) {
   if (options.tokens == 0) throw PlanError("--tokens must be at least 1");
-  if (options.block_grid_ranks && options.ranks.value_or(0) != 1)
+  if (!options.block_grid.empty() && options.ranks.value_or(0) != 1)
     throw PlanError("a plan on another block grid is a one-rank plan (ranks = 1)");
   Plan plan;
   plan.tokens = options.tokens;
@@ -862,9 +862,9 @@ Plan plan_spec(const Spec& spec, const PlanOptions& options) {
   for (const auto& layer : spec.layers) {
     const std::uint32_t r = layer_ranks(layer, options);
     std::uint32_t grid = r;
-    if (options.block_grid_ranks) {
+    if (auto it = options.block_grid.find(layer.name); it != options.block_grid.end()) {
       PlanOptions at_grid = options;
-      at_grid.ranks = options.block_grid_ranks;
+      at_grid.ranks = it->second;
       grid = layer_ranks(layer, at_grid);
     }
     plan.ranks = std::max(plan.ranks, r);

@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <string>
 #include <stdexcept>
 
 #include "codegen/plan/plan.hpp"
@@ -19,11 +21,12 @@ struct PlanOptions {
   std::optional<std::uint32_t> ranks;  // overrides every layer's tensor_parallel
   std::uint64_t tokens = 8192;         // M: total tokens of the step
   // A one-rank plan (ranks = 1) whose block-scaled tensors use the block grid
-  // of an N-rank plan: where N ranks would each quantize a shard whose
-  // extent along the weight's split dim is not a whole number of blocks,
-  // blocks restart at each shard boundary here too (Tensor::block_segments).
-  // The oracle's one-rank run, so N ranks and one rank quantize alike.
-  std::optional<std::uint32_t> block_grid_ranks;
+  // of an N-rank plan, per layer (name -> N): where N ranks would each
+  // quantize a shard whose extent along the weight's split dim is not a
+  // whole number of blocks, blocks restart at each shard boundary here too
+  // (Tensor::block_segments). The oracle's one-rank run, so N ranks and one
+  // rank quantize alike.
+  std::map<std::string, std::uint32_t> block_grid;
 };
 
 // A spec that cannot be planned for the options (sizes that do not divide,

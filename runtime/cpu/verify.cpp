@@ -546,15 +546,11 @@ VerifyReport verify_spec(const Spec& spec, const VerifyOptions& options) {
   many.tokens = options.tokens;
   const Plan plan_n = plan_spec(spec, many);
   // The one-rank plans, each on its layer's N-rank block grid.
-  Plan plan_1;
-  plan_1.tokens = options.tokens;
-  for (const LayerPlan& lp : plan_n.layers) {
-    PlanOptions one;
-    one.ranks = 1;
-    one.tokens = options.tokens;
-    if (lp.ranks > 1) one.block_grid_ranks = lp.ranks;
-    plan_1.layers.push_back(*plan_spec(spec, one).find(lp.layer));
-  }
+  PlanOptions one;
+  one.ranks = 1;
+  one.tokens = options.tokens;
+  for (const LayerPlan& lp : plan_n.layers) one.block_grid[lp.layer] = lp.ranks;
+  const Plan plan_1 = plan_spec(spec, one);
   VerifyReport report;
   for (std::size_t li = 0; li < spec.layers.size(); ++li) {
     const Layer& layer = spec.layers[li];

@@ -238,7 +238,7 @@ TEST(Planner, OneRankPlanOnAnotherBlockGrid) {
   PlanOptions o;
   o.ranks = 1;
   o.tokens = 32;
-  o.block_grid_ranks = 2;
+  o.block_grid["p"] = 2;
   const Plan p = plan_spec(row, o);
   const LayerPlan& l = p.layers[0];
   const Tensor& xr = *l.find("p.x.fp8.row");
@@ -249,7 +249,8 @@ TEST(Planner, OneRankPlanOnAnotherBlockGrid) {
   EXPECT_EQ(w.block_segments[1], 2u);
   const Tensor& dyr = *l.find("p.dy.fp8.row");  // `out` is not split in a row layer
   EXPECT_EQ(dyr.block_segments, (std::array<std::uint32_t, 2>{1, 1}));
-  EXPECT_THROW(plan_spec(row, PlanOptions{2u, 32, 2u}), PlanError);
+  o.ranks = 2;
+  EXPECT_THROW(plan_spec(row, o), PlanError);
 }
 
 // The size rules `fp8c check` enforces hold at every --ranks / --tokens, or
