@@ -5,6 +5,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "runtime/cpu/gemm.hpp"
+
 namespace fp8c::cpu {
 namespace {
 
@@ -111,22 +113,22 @@ std::vector<double> abs_products(const LayerPlan& plan, const GemmStep& g,
   const std::size_t b0 = tb.dims[0].local, b1 = tb.dims[1].local;
   const std::size_t m = ka == 1 ? a0 : a1, k = ka == 1 ? a1 : a0;
   const std::size_t n = kb == 1 ? b0 : b1;
-  std::vector<double> am(m * k), bm(n * k);
+  if (a.size() != a0 * a1 || b.size() != b0 * b1) return {};
+  std::vector<float> am(m * k), bm(n * k);
   for (std::size_t i = 0; i < a0; ++i)
     for (std::size_t j = 0; j < a1; ++j)
-      (ka == 1 ? am[i * k + j] : am[j * k + i]) = std::fabs(double(a[i * a1 + j]));
+      (ka == 1 ? am[i * k + j] : am[j * k + i]) = std::fabs(a[i * a1 + j]);
   for (std::size_t i = 0; i < b0; ++i)
     for (std::size_t j = 0; j < b1; ++j)
-      (kb == 1 ? bm[i * k + j] : bm[j * k + i]) = std::fabs(double(b[i * b1 + j]));
-  std::vector<double> s(m * n, 0.0);
-  for (std::size_t i = 0; i < m; ++i)
-    for (std::size_t j = 0; j < n; ++j) {
-      double acc = 0.0;
-      const double* ar = am.data() + i * k;
-      const double* br = bm.data() + j * k;
-      for (std::size_t q = 0; q < k; ++q) acc += ar[q] * br[q];
-      s[i * n + j] = acc;
-    }
+      (kb == 1 ? bm[i * k + j] : bm[j * k + i]) = std::fabs(b[i * b1 + j]);
+  // The executor's blocked fp32 GEMM: a sum of non-negative terms in fp32 is
+  // within gamma_K of the exact one, so scaling by 1 + 2 gamma_K keeps it an
+  // upper bound (and the products' own roundings, 2^-24 each, inside it).
+  std::vector<float> c(m * n);
+  gemm_nt(m, n, k, am, bm, c);
+  const double up = 1 + 2 * gamma_fp32(k + 2);
+  std::vector<double> s(m * n);
+  for (std::size_t i = 0; i < s.size(); ++i) s[i] = double(c[i]) * up;
   return s;
 }
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <optional>
 
 #include "codegen/plan/planner.hpp"
@@ -408,18 +409,27 @@ cpu::VerifyReport verify_spec_on_gpu(const Spec& spec, const cpu::VerifyOptions&
                    for (std::size_t s = 0; s < data.size(); ++s) {
                      std::vector<const cpu::RankStepResult*> cpu_ranks;
                      for (const auto& r : ref) cpu_ranks.push_back(&r[s]);
+                     // A summed field's difference covers every rank: made
+                     // once per field and step, read by each rank's compare.
+                     std::map<std::string, std::pair<std::vector<double>, std::vector<double>>>
+                         made;
                      const auto summed = [&](const Field& f, const cpu::OutputOrigin& o,
                                              std::vector<double>& magnitude) {
-                       magnitude = partial_magnitude(lp, o, cpu_ranks);
-                       std::vector<double> total(magnitude.size(), 0.0);
-                       for (std::size_t r = 0; r < gpu.size(); ++r) {
-                         const auto e = rank_difference(layer, lp, o, o.summed_partial, gpu[r][s],
-                                                        ref[r][s]);
-                         if (e.size() != total.size()) return std::vector<double>{};
-                         for (std::size_t i = 0; i < e.size(); ++i) total[i] += e[i];
+                       auto it = made.find(f.name);
+                       if (it == made.end()) {
+                         std::vector<double> m = partial_magnitude(lp, o, cpu_ranks);
+                         std::vector<double> total(m.size(), 0.0);
+                         for (std::size_t r = 0; r < gpu.size() && !total.empty(); ++r) {
+                           const auto e = rank_difference(layer, lp, o, o.summed_partial,
+                                                          gpu[r][s], ref[r][s]);
+                           if (e.size() != total.size()) total.clear();
+                           for (std::size_t i = 0; i < e.size() && !total.empty(); ++i)
+                             total[i] += e[i];
+                         }
+                         it = made.emplace(f.name, std::pair{std::move(total), std::move(m)}).first;
                        }
-                       (void)f;
-                       return total;
+                       magnitude = it->second.second;
+                       return it->second.first;
                      };
                      for (std::size_t r = 0; r < ref.size(); ++r)
                        compare_rank(report, layer, lp, gpu[r][s], ref[r][s], static_cast<int>(r), s,
