@@ -120,8 +120,7 @@ struct Session::Impl {
       for (const auto& u : lowered.unsupported) m += "\n  " + u;
       throw runtime::ExecutorError(m);
     }
-    kernels =
-        std::make_unique<runtime::KernelSet>(jit, lowered.kernel_list(), o.compile_threads);
+    kernels = std::make_unique<runtime::KernelSet>(jit, lowered.kernel_list(), o.compile_threads);
     for (const auto& c : kernels->compiled())
       reports.push_back(
           {c.name, c.milliseconds, c.cache == runtime::CacheOutcome::hit, c.registers});
@@ -256,7 +255,8 @@ std::vector<std::int64_t> Session::shape(const std::string& layer, const std::st
   for (const auto& [name, id] : names)
     if (key == name && id != kNoTensor) {
       const Tensor& t = run.plan->tensor(id);
-      return {static_cast<std::int64_t>(t.dims[0].local), static_cast<std::int64_t>(t.dims[1].local)};
+      return {static_cast<std::int64_t>(t.dims[0].local),
+              static_cast<std::int64_t>(t.dims[1].local)};
     }
   throw SessionError("fp8c: layer '" + layer + "' has no tensor '" + key + "'");
 }

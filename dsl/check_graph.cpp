@@ -20,7 +20,9 @@ constexpr std::uint64_t kFp8Alignment = 16;
 // `out`), so both per-rank extents must hold whole blocks.
 constexpr std::uint64_t kMxfp8Block = 32;
 
-std::string str(std::uint64_t v) { return std::to_string(v); }
+std::string str(std::uint64_t v) {
+  return std::to_string(v);
+}
 std::string str(DType v) {
   return std::string(to_string(v));
 }
@@ -128,10 +130,10 @@ void Checker::check_chain(const Spec& spec, Layer& consumer, const Layer& produc
   if (a.tensor_parallel == 1 && b.tensor_parallel == 1) return;
   const SourceRange layout_where = site.value_or_name("layout");
   if (a.tensor_parallel != b.tensor_parallel) {
-    diagnostics_.error(layout_where, "'" + consumer.name + "' has tensor_parallel = " +
-                                         str(b.tensor_parallel) + " but its input '" +
-                                         producer.name + "' has " + str(a.tensor_parallel) +
-                                         ": chained layers share one tensor-parallel group");
+    diagnostics_.error(layout_where,
+                       "'" + consumer.name + "' has tensor_parallel = " + str(b.tensor_parallel) +
+                           " but its input '" + producer.name + "' has " + str(a.tensor_parallel) +
+                           ": chained layers share one tensor-parallel group");
     return;
   }
   if (producer.mode == consumer.mode) {
@@ -227,9 +229,9 @@ void Checker::check_sizes(const Layer& layer) {
   const std::uint64_t split = column ? layer.out : layer.in;
   if (split % tp != 0) {
     diagnostics_.error(site.value_or_name(split_key),
-                       split_key + " = " + str(split) + " is not divisible by tensor_parallel = " +
-                           str(tp) + ", over which a " + std::string(to_string(layer.mode)) +
-                           "-parallel layer splits it");
+                       split_key + " = " + str(split) +
+                           " is not divisible by tensor_parallel = " + str(tp) + ", over which a " +
+                           std::string(to_string(layer.mode)) + "-parallel layer splits it");
     diagnostics_.note(site.value_or_name("layout"), "the layout is set here");
     return;
   }
@@ -255,9 +257,9 @@ void Checker::check_layout(const Layer& layer) {
   const LayerSite& site = layer_sites_.at(layer.name);
   const Layout& layout = layer.layout;
   if (layer.save_input == SaveInput::fp8 && !layer.recipe.is_fp8())
-    diagnostics_.error(site.value_or_name("save_input"),
-                       "save_input = fp8 needs an FP8 recipe; '" + layer.name +
-                           "' runs in high precision");
+    diagnostics_.error(
+        site.value_or_name("save_input"),
+        "save_input = fp8 needs an FP8 recipe; '" + layer.name + "' runs in high precision");
   if (layer.output_fp8 && !layer.recipe.is_fp8())
     diagnostics_.error(site.value_or_name("output"),
                        "output = fp8 needs an FP8 recipe; '" + layer.name + "' has recipe none");
@@ -321,7 +323,8 @@ void Checker::check_against_target(const Layer& layer) {
   const RecipeKind kind = layer.recipe.kind;
   if (kind != RecipeKind::none && target_.sm < 89) {
     diagnostics_.error(where, "recipe " + std::string(to_string(kind)) +
-                                  " needs FP8 tensor cores (sm_89 or newer); the target is " + target);
+                                  " needs FP8 tensor cores (sm_89 or newer); the target is " +
+                                  target);
     note_target();
   } else if (kind == RecipeKind::blockwise && target_.sm < 90) {
     diagnostics_.error(where, "blockwise scaling needs sm_90 or newer; the target is " + target);

@@ -9,9 +9,9 @@ namespace {
 // The largest `in` or `out`: per-rank sizes index 32-bit grids.
 constexpr std::uint64_t kMaxFeatures = (std::uint64_t{1} << 31) - 1;
 
-const std::vector<std::string_view> kLayerKeys = {
-    "in",     "out",        "bias",  "activation", "dtype", "output",
-    "recipe", "layout",     "input", "save_input", "gemm",  "debug"};
+const std::vector<std::string_view> kLayerKeys = {"in",    "out",        "bias",   "activation",
+                                                  "dtype", "output",     "recipe", "layout",
+                                                  "input", "save_input", "gemm",   "debug"};
 
 const std::vector<std::pair<std::string_view, std::string_view>> kLayerKeysElsewhere = {
     {"forward", "recipes: write `recipe = current { forward = e4m3 }`"},
@@ -45,7 +45,8 @@ std::optional<Layer> Checker::layer(const ast::Declaration& declaration, LayerSi
     return std::nullopt;
   }
   if (atoms.size() > 2) {
-    diagnostics_.error(atoms[2].where, "unexpected " + describe(atoms[2]) + " after the layer's block");
+    diagnostics_.error(atoms[2].where,
+                       "unexpected " + describe(atoms[2]) + " after the layer's block");
     return std::nullopt;
   }
 
@@ -62,8 +63,9 @@ std::optional<Layer> Checker::layer(const ast::Declaration& declaration, LayerSi
     diagnostics_.error(declaration.name.where, "layer '" + layer.name + "' needs `out = N`");
   }
   if (!site.entries.count("in") && !site.entries.count("input")) {
-    diagnostics_.error(declaration.name.where,
-                       "layer '" + layer.name + "' needs `in = N` (or `input = LAYER`, which gives it)");
+    diagnostics_.error(
+        declaration.name.where,
+        "layer '" + layer.name + "' needs `in = N` (or `input = LAYER`, which gives it)");
   }
   // With no `output`, or `output = fp8` (when it is not honoured, the output
   // is written in the layer's own dtype), the output dtype is the layer's.
@@ -116,7 +118,8 @@ void Checker::layer_entry(const ast::Entry& entry, Layer& layer) {
   } else if (key == "save_input") {
     if (auto v = read_.word<SaveInput>(*atom, "save_input")) layer.save_input = *v;
   } else if (key == "input") {
-    if (read_.expect_word(*atom, "the name of the layer that feeds this one")) layer.input = atom->text;
+    if (read_.expect_word(*atom, "the name of the layer that feeds this one"))
+      layer.input = atom->text;
   } else if (key == "gemm") {
     if (auto v = read_.word<GemmBackend>(*atom, "GEMM backend")) layer.gemm = *v;
   }

@@ -40,11 +40,11 @@ const Layer* fp8_output_consumer(const Spec& spec, const Layer& producer) {
   return consumer;
 }
 
-#define FP8C_TO_STRING(Type)                        \
-  std::string_view to_string(Type value) {          \
+#define FP8C_TO_STRING(Type)                         \
+  std::string_view to_string(Type value) {           \
     for (const auto& [name, v] : dsl::names<Type>()) \
-      if (v == value) return name;                  \
-    return "?";                                     \
+      if (v == value) return name;                   \
+    return "?";                                      \
   }
 
 FP8C_TO_STRING(Fp8Format)

@@ -50,23 +50,24 @@ class Lowering {
   void lower_pass(const std::vector<Step>& steps, std::vector<LoweredStep>& into) {
     for (const Step& s : steps) {
       LoweredStep l;
-      std::visit(Overloaded{
-                     [&](const AmaxStep& a) { amax(l, a); },
-                     [&](const QuantizeStep& q) { quantize(l, q); },
-                     [&](const TransposeStep&) { launch(l, LaunchRole::transpose, {TransposeKernel{}}); },
-                     [&](const PermuteStep& p) { permute(l, p); },
-                     [&](const GemmStep& g) { gemm(l, g); },
-                     [&](const EpilogueStep& e) { epilogue(l, e); },
-                     [&](const GradEpilogueStep& e) { grad_epilogue(l, e); },
-                     [&](const ScaleUpdateStep& u) { scale_update(l, u); },
-                     [&](const auto&) {  // the collectives
-                       CollectiveCall c;
-                       c.kind = s.kind();
-                       c.on_comm_stream = layer_.layout.overlap != Overlap::none;
-                       l.actions.push_back(c);
-                     },
-                 },
-                 s.op);
+      std::visit(
+          Overloaded{
+              [&](const AmaxStep& a) { amax(l, a); },
+              [&](const QuantizeStep& q) { quantize(l, q); },
+              [&](const TransposeStep&) { launch(l, LaunchRole::transpose, {TransposeKernel{}}); },
+              [&](const PermuteStep& p) { permute(l, p); },
+              [&](const GemmStep& g) { gemm(l, g); },
+              [&](const EpilogueStep& e) { epilogue(l, e); },
+              [&](const GradEpilogueStep& e) { grad_epilogue(l, e); },
+              [&](const ScaleUpdateStep& u) { scale_update(l, u); },
+              [&](const auto&) {  // the collectives
+                CollectiveCall c;
+                c.kind = s.kind();
+                c.on_comm_stream = layer_.layout.overlap != Overlap::none;
+                l.actions.push_back(c);
+              },
+          },
+          s.op);
       into.push_back(std::move(l));
     }
   }
@@ -163,13 +164,13 @@ class Lowering {
       launch(l, LaunchRole::dequantize_a, {operand_dequantize(a)});
       launch(l, LaunchRole::dequantize_b, {operand_dequantize(b)});
       const std::uint64_t bytes = element_bytes(elem_type(layer_.dtype));
-      out_.staging.dequantized = std::max(
-          out_.staging.dequantized,
-          round_up(a.elements() * bytes, 256) + round_up(b.elements() * bytes, 256));
-      note_once(std::string(to_string(g.role)) + ": " + std::string(to_string(a.scaling)) +
-                " x " + std::string(to_string(b.scaling)) +
-                " operands dequantized to " + std::string(to_string(layer_.dtype)) +
-                " for a " + c.backend + " GEMM (its block-scaled GEMM does not read fp8c's "
+      out_.staging.dequantized =
+          std::max(out_.staging.dequantized,
+                   round_up(a.elements() * bytes, 256) + round_up(b.elements() * bytes, 256));
+      note_once(std::string(to_string(g.role)) + ": " + std::string(to_string(a.scaling)) + " x " +
+                std::string(to_string(b.scaling)) + " operands dequantized to " +
+                std::string(to_string(layer_.dtype)) + " for a " + c.backend +
+                " GEMM (its block-scaled GEMM does not read fp8c's "
                 "row-major block scales yet)");
     }
     const OutputEpilogue& e = g.epilogue;
@@ -315,10 +316,9 @@ LoweredPlan lower_plan(const Spec& spec, const Plan& plan, const LowerTarget& ta
           const auto* k = std::get_if<KernelLaunch>(&action);
           if (!k) continue;
           const std::vector<int> in = steps[i].inputs();
-          const std::string where =
-              lp.layer + " " + pass + " step " + std::to_string(i) + " (" +
-              std::string(to_string(steps[i].kind())) +
-              (in.empty() ? "" : " " + lp.tensor(in[0]).name) + ")";
+          const std::string where = lp.layer + " " + pass + " step " + std::to_string(i) + " (" +
+                                    std::string(to_string(steps[i].kind())) +
+                                    (in.empty() ? "" : " " + lp.tensor(in[0]).name) + ")";
           auto it = std::find_if(out.kernels.begin(), out.kernels.end(),
                                  [&](const LoweredKernel& p) { return p.kernel == k->kernel; });
           if (it == out.kernels.end())

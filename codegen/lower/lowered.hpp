@@ -117,8 +117,7 @@ struct LowerTarget {
   Target arch;
 };
 
-LoweredLayer lower_layer(const Layer& layer, const LayerPlan& plan,
-                         const LowerTarget& target = {});
+LoweredLayer lower_layer(const Layer& layer, const LayerPlan& plan, const LowerTarget& target = {});
 LoweredPlan lower_plan(const Spec& spec, const Plan& plan, const LowerTarget& target = {});
 
 // `fp8c plan --lowered`.

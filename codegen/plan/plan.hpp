@@ -126,7 +126,7 @@ struct QuantizeStep {
   int amax_in = kNoTensor;    // current: the (group) amax the scale is derived from
   int scale_out = kNoTensor;  // current: the derived scale, shared by both usages
   bool pow2_scale = false;    // scales rounded down to a power of two (current, blockwise)
-  int rowwise = kNoTensor;  // FP8 outputs
+  int rowwise = kNoTensor;    // FP8 outputs
   int columnwise = kNoTensor;
   int rowwise_scales = kNoTensor;  // their block scales (block and MX formats)
   int columnwise_scales = kNoTensor;
@@ -247,10 +247,9 @@ enum class StepKind {
 };
 
 // The alternatives in StepKind order.
-using StepOp =
-    std::variant<AmaxStep, AmaxAllReduceStep, QuantizeStep, TransposeStep, AllGatherStep,
-                 PermuteStep, ReduceScatterStep, AllReduceStep, GemmStep, EpilogueStep,
-                 GradEpilogueStep, ScaleUpdateStep>;
+using StepOp = std::variant<AmaxStep, AmaxAllReduceStep, QuantizeStep, TransposeStep, AllGatherStep,
+                            PermuteStep, ReduceScatterStep, AllReduceStep, GemmStep, EpilogueStep,
+                            GradEpilogueStep, ScaleUpdateStep>;
 
 struct Step {
   StepOp op;
@@ -291,9 +290,9 @@ struct DelayedTensor {
 
 // The tensors a layer exchanges with its caller and neighbours.
 struct LayerIo {
-  int x = kNoTensor;        // high-precision input (kNoTensor when it arrives in FP8)
-  int x_fp8 = kNoTensor;    // FP8 input written by the producer's epilogue
-  int x_amax = kNoTensor;   // its amax, as the producer computed it
+  int x = kNoTensor;       // high-precision input (kNoTensor when it arrives in FP8)
+  int x_fp8 = kNoTensor;   // FP8 input written by the producer's epilogue
+  int x_amax = kNoTensor;  // its amax, as the producer computed it
   int w = kNoTensor;
   int b = kNoTensor;
   int dy = kNoTensor;
@@ -301,10 +300,10 @@ struct LayerIo {
   int y_fp8 = kNoTensor;    // FP8 output for the consumer
   int y_scale = kNoTensor;  // the consumer's input scale the epilogue applies
   int y_amax = kNoTensor;
-  int z = kNoTensor;        // pre-activation saved for backward
+  int z = kNoTensor;  // pre-activation saved for backward
   int dx = kNoTensor;
   int dw = kNoTensor;
-  int db = kNoTensor;       // final (reduced) bias gradient
+  int db = kNoTensor;  // final (reduced) bias gradient
 };
 
 struct LayerPlan {

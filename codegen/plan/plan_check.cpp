@@ -132,7 +132,8 @@ void check_gather_pair(const LayerPlan& l, const StepRef& r, int dim, int in_id,
 // A per-tensor FP8 output of a sharded source uses a scale every rank
 // shares: current, an amax reduced over the group; delayed, a scale whose
 // amax the update reduces.
-bool scale_agreed(const LayerPlan& l, const QuantizeStep& s, const std::map<int, const Step*>& producer) {
+bool scale_agreed(const LayerPlan& l, const QuantizeStep& s,
+                  const std::map<int, const Step*>& producer) {
   if (s.amax_in != kNoTensor) {
     auto it = producer.find(s.amax_in);
     return it != producer.end() && it->second->kind() == StepKind::amax_all_reduce;

@@ -45,21 +45,29 @@ StepView view(const Step& step) {
             if (s.dact != Activation::none)
               v.attributes.push_back({"dact", std::string(to_string(s.dact))});
           },
-          [&](const AmaxAllReduceStep& s) { v.operands = {{"in", s.in}, {"out", s.out}}; },
+          [&](const AmaxAllReduceStep& s) {
+            v.operands = {{"in", s.in}, {"out", s.out}};
+          },
           [&](const QuantizeStep& s) {
-            v.operands = {{"src", s.src},           {"pre_activation", s.pre_activation},
-                          {"scale", s.scale},       {"amax_in", s.amax_in},
-                          {"rowwise", s.rowwise},   {"columnwise", s.columnwise},
+            v.operands = {{"src", s.src},
+                          {"pre_activation", s.pre_activation},
+                          {"scale", s.scale},
+                          {"amax_in", s.amax_in},
+                          {"rowwise", s.rowwise},
+                          {"columnwise", s.columnwise},
                           {"rowwise_scales", s.rowwise_scales},
                           {"columnwise_scales", s.columnwise_scales},
-                          {"scale_out", s.scale_out}, {"amax", s.amax},
+                          {"scale_out", s.scale_out},
+                          {"amax", s.amax},
                           {"dbias", s.dbias}};
             if (s.dact != Activation::none)
               v.attributes.push_back({"dact", std::string(to_string(s.dact))});
             if (s.pow2_scale) v.attributes.push_back({"pow2_scale", "true"});
             if (s.stats) v.attributes.push_back({"stats", "true"});
           },
-          [&](const TransposeStep& s) { v.operands = {{"in", s.in}, {"out", s.out}}; },
+          [&](const TransposeStep& s) {
+            v.operands = {{"in", s.in}, {"out", s.out}};
+          },
           [&](const AllGatherStep& s) {
             v.operands = {{"in", s.in},
                           {"out", s.out},
@@ -78,7 +86,9 @@ StepView view(const Step& step) {
             v.operands = {{"in", s.in}, {"out", s.out}};
             v.dim = s.dim;
           },
-          [&](const AllReduceStep& s) { v.operands = {{"in", s.in}, {"out", s.out}}; },
+          [&](const AllReduceStep& s) {
+            v.operands = {{"in", s.in}, {"out", s.out}};
+          },
           [&](const GemmStep& s) {
             v.attributes.push_back({"role", std::string(to_string(s.role))});
             v.operands = {{"a", s.a}, {"b", s.b}, {"out", s.out}};
@@ -149,7 +159,8 @@ void print_pass(std::ostringstream& out, const LayerPlan& l, const char* name,
     if (s.is_collective()) out << ", " << s.bytes_per_rank() << " bytes/rank";
     out << "\n";
     for (const auto& [key, id] : v.operands)
-      if (id != kNoTensor) out << "         " << key << " " << describe_tensor(l.tensor(id)) << "\n";
+      if (id != kNoTensor)
+        out << "         " << key << " " << describe_tensor(l.tensor(id)) << "\n";
   }
 }
 
@@ -202,10 +213,11 @@ std::string json_steps(const std::vector<Step>& steps) {
 // The layer's io fields, by name (kNoTensor ones left out).
 std::vector<std::pair<const char*, int>> io_fields(const LayerIo& io) {
   const std::vector<std::pair<const char*, int>> all = {
-      {"x", io.x},   {"x_fp8", io.x_fp8},     {"x_amax", io.x_amax}, {"w", io.w},
-      {"b", io.b},   {"dy", io.dy},           {"y", io.y},           {"y_fp8", io.y_fp8},
-      {"y_scale", io.y_scale}, {"y_amax", io.y_amax}, {"z", io.z},   {"dx", io.dx},
-      {"dw", io.dw}, {"db", io.db}};
+      {"x", io.x},           {"x_fp8", io.x_fp8}, {"x_amax", io.x_amax},
+      {"w", io.w},           {"b", io.b},         {"dy", io.dy},
+      {"y", io.y},           {"y_fp8", io.y_fp8}, {"y_scale", io.y_scale},
+      {"y_amax", io.y_amax}, {"z", io.z},         {"dx", io.dx},
+      {"dw", io.dw},         {"db", io.db}};
   std::vector<std::pair<const char*, int>> set;
   for (const auto& f : all)
     if (f.second != kNoTensor) set.push_back(f);
@@ -239,7 +251,8 @@ std::string print_plan(const Plan& plan) {
     print_pass(out, l, "backward", l.backward);
     print_pass(out, l, "update", l.update);
     std::string io;
-    for (const auto& [key, id] : io_fields(l.io)) io += std::string(io.empty() ? "" : ", ") + key + " = " + l.tensor(id).name;
+    for (const auto& [key, id] : io_fields(l.io))
+      io += std::string(io.empty() ? "" : ", ") + key + " = " + l.tensor(id).name;
     out << "  io: " << io << "\n";
     for (const auto& d : l.delayed)
       out << "  delayed state '" << d.key() << "' (" << to_string(d.format) << "): scale "
@@ -293,8 +306,7 @@ std::string plan_to_json(const Plan& plan) {
       o << (i ? ", " : "") << "{\"key\": " << json_string(d.key())
         << ", \"format\": " << json_string(std::string(to_string(d.format)))
         << ", \"scale\": " << d.scale << ", \"amax\": " << d.amax
-        << ", \"amax_reduced\": " << d.amax_reduced << ", \"next_scale\": " << d.next_scale
-        << "}";
+        << ", \"amax_reduced\": " << d.amax_reduced << ", \"next_scale\": " << d.next_scale << "}";
     }
     o << "],\n      \"forward\": " << json_steps(l.forward)
       << ",\n      \"backward\": " << json_steps(l.backward)

@@ -110,9 +110,10 @@ class LayerPlanner {
     chained_in_ = producer && fp8_output_consumer(spec, *producer) == &layer;
     consumer_ = fp8_output_consumer(spec, layer);
     if (layer.output_fp8 && !consumer_)
-      plan_.notes.push_back("output = fp8 is not honoured (see `fp8c check`): the output is "
-                            "written in " +
-                            std::string(to_string(layer.output_dtype)));
+      plan_.notes.push_back(
+          "output = fp8 is not honoured (see `fp8c check`): the output is "
+          "written in " +
+          std::string(to_string(layer.output_dtype)));
     if (chained_in_ && (layer.save_input == SaveInput::original || !gemm_fp8(GemmRole::fprop) ||
                         !gemm_fp8(GemmRole::wgrad)))
       throw PlanError("layer '" + layer.name + "' takes its input in FP8 from '" + layer.input +
@@ -173,8 +174,8 @@ class LayerPlanner {
     for (int d = 0; d < 2; ++d) {
       const Dim& dim = t.dims[static_cast<std::size_t>(d)];
       if (dim.name != split_dim() || dim.global % G_ != 0) continue;
-      const std::uint64_t block = d == t.inner_dim() ? inner_block(t.scaling)
-                                                     : outer_block(t.scaling);
+      const std::uint64_t block =
+          d == t.inner_dim() ? inner_block(t.scaling) : outer_block(t.scaling);
       if ((dim.global / G_) % block != 0) s[static_cast<std::size_t>(d)] = G_;
     }
     return s;
@@ -283,10 +284,8 @@ class LayerPlanner {
         delayed_sharded_[delayed_index(q)] = sharded;
       }
     }
-    if (u.row)
-      r.row = fp8_tensor(q, base, at(src), Usage::rowwise, type, scaling, shared_scale);
-    if (u.col)
-      r.col = fp8_tensor(q, base, at(src), Usage::columnwise, type, scaling, shared_scale);
+    if (u.row) r.row = fp8_tensor(q, base, at(src), Usage::rowwise, type, scaling, shared_scale);
+    if (u.col) r.col = fp8_tensor(q, base, at(src), Usage::columnwise, type, scaling, shared_scale);
     s.rowwise = r.row;
     s.columnwise = r.col;
     if (scaling != Scaling::per_tensor) {
@@ -349,8 +348,8 @@ class LayerPlanner {
     if (d != in.outer_dim()) t.segmented = d;
     // Each rank's blocks, as it quantized them (a block never straddles two
     // ranks' segments).
-    const std::uint64_t block = d == in.inner_dim() ? inner_block(in.scaling)
-                                                    : outer_block(in.scaling);
+    const std::uint64_t block =
+        d == in.inner_dim() ? inner_block(in.scaling) : outer_block(in.scaling);
     if (in.block_scaled() && block > 1) t.block_segments[du] = R_;
     AllGatherStep g;
     g.dim = d;
@@ -461,8 +460,8 @@ class LayerPlanner {
       DelayedTensor& d = delayed(Quantity::x, fwd_);
       at(d.scale).note = "delayed scale, handed to the producer's epilogue";
       at(xq).scale = d.scale;
-      d.amax = scalar(Quantity::x, Form::amax, "x.amax", true,
-                      "amax of the producer's GEMM output");
+      d.amax =
+          scalar(Quantity::x, Form::amax, "x.amax", true, "amax of the producer's GEMM output");
       delayed_sharded_[delayed_index(Quantity::x)] = at(xq).sharded() && R_ > 1;
       plan_.io.x_fp8 = xq;
       plan_.io.x_amax = d.amax;
@@ -479,9 +478,8 @@ class LayerPlanner {
       if (x_gathered_) {
         if (!F) gathered_hp = all_gather(f, x_);
         if (!F && fp8_) {
-          plan_.notes.push_back("fprop runs in high precision (debug fallback): " +
-                                at(x_).name + " is gathered in " +
-                                std::string(to_string(hp_)));
+          plan_.notes.push_back("fprop runs in high precision (debug fallback): " + at(x_).name +
+                                " is gathered in " + std::string(to_string(hp_)));
         }
         if (gather_cuts_blocks(Usages{false, col_in_forward})) {
           // The columnwise copy wgrad reads comes from the whole X.
@@ -572,8 +570,8 @@ class LayerPlanner {
       plan_.io.y_amax = e.out_amax;
       return out;
     }
-    const int y = hp_tensor(Quantity::y, Form::value, "y", rows, out_,
-                            elem_type(layer_.output_dtype));
+    const int y =
+        hp_tensor(Quantity::y, Form::value, "y", rows, out_, elem_type(layer_.output_dtype));
     plan_.io.y = y;
     return y;
   }
@@ -592,12 +590,12 @@ class LayerPlanner {
         const std::uint64_t part = dim.global / ranks;
         if (part % block == 0) continue;
         noted_cut_.insert(t.id);
-        plan_.notes.push_back(
-            t.name + ": its " + std::string(to_string(t.scaling)) + " blocks along '" + dim.name +
-            "' are cut at each rank's " + std::to_string(part) + " (not a multiple of " +
-            std::to_string(block) + "): " +
-            (R_ > 1 ? "they differ from a one-rank run's blocks"
-                    : "laid out on the " + std::to_string(G_) + "-rank grid"));
+        plan_.notes.push_back(t.name + ": its " + std::string(to_string(t.scaling)) +
+                              " blocks along '" + dim.name + "' are cut at each rank's " +
+                              std::to_string(part) + " (not a multiple of " +
+                              std::to_string(block) + "): " +
+                              (R_ > 1 ? "they differ from a one-rank run's blocks"
+                                      : "laid out on the " + std::to_string(G_) + "-rank grid"));
       }
     }
   }

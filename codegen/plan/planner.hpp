@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <string>
 #include <stdexcept>
+#include <string>
 
 #include "codegen/plan/plan.hpp"
 #include "fp8c/spec.hpp"

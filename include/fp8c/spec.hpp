@@ -89,9 +89,9 @@ enum class GemmBackend { cublaslt, generated };
 enum class GemmKind { fprop, dgrad, wgrad };
 
 struct Debug {
-  std::string name;  // empty for an inline debug block
-  bool stats = false;                // per-tensor amax, scale, under/overflow counts
-  std::vector<GemmKind> fallback;    // GEMMs run in high precision, sorted, unique
+  std::string name;                // empty for an inline debug block
+  bool stats = false;              // per-tensor amax, scale, under/overflow counts
+  std::vector<GemmKind> fallback;  // GEMMs run in high precision, sorted, unique
   bool enabled() const { return stats || !fallback.empty(); }
   bool operator==(const Debug&) const = default;
 };
@@ -108,11 +108,11 @@ struct Layer {
   // output_dtype, which is `dtype` unless `output = DTYPE` says otherwise.
   bool output_fp8 = false;
   DType output_dtype = DType::bf16;
-  Recipe recipe;                  // resolved copy; recipe.name says where it came from
-  Layout layout;                  // resolved copy
+  Recipe recipe;  // resolved copy; recipe.name says where it came from
+  Layout layout;  // resolved copy
   ParallelMode mode = ParallelMode::column;
   SaveInput save_input = SaveInput::fp8;
-  std::string input;              // producer layer, empty when fed by the user
+  std::string input;  // producer layer, empty when fed by the user
   GemmBackend gemm = GemmBackend::cublaslt;
   Debug debug;
 
@@ -128,8 +128,8 @@ struct Layer {
 
 // A GPU architecture a spec is checked against, e.g. sm_90a.
 struct Target {
-  std::uint32_t sm = 90;       // compute capability major*10 + minor
-  bool arch_specific = true;   // the "a" suffix: wgmma, setmaxnreg
+  std::uint32_t sm = 90;      // compute capability major*10 + minor
+  bool arch_specific = true;  // the "a" suffix: wgmma, setmaxnreg
   std::string str() const;
   bool operator==(const Target&) const = default;
 };

@@ -210,8 +210,8 @@ class RankExecutor {
     // (group-reduced) amax.
     float scale = 1.0f;
     if (q.amax_in != kNoTensor)
-      scale = numerics::scale_from_amax(store_.scalar(q.amax_in), fmt, 1.0f,
-                                        {0, q.pow2_scale, 0.0f});
+      scale =
+          numerics::scale_from_amax(store_.scalar(q.amax_in), fmt, 1.0f, {0, q.pow2_scale, 0.0f});
     else if (q.scale != kNoTensor)
       scale = store_.scalar(q.scale);
     for (int id : {q.rowwise, q.columnwise}) {
@@ -223,8 +223,7 @@ class RankExecutor {
     }
     if (q.scale_out != kNoTensor) store_.set_scalar(q.scale_out, scale);
     if (q.amax != kNoTensor) store_.set_scalar(q.amax, numerics::amax(v));
-    if (q.dbias != kNoTensor)
-      store_.write_hp(q.dbias, column_sums(v, plan_.tensor(q.src).dims));
+    if (q.dbias != kNoTensor) store_.write_hp(q.dbias, column_sums(v, plan_.tensor(q.src).dims));
     e.scale = scale;
   }
 
@@ -300,8 +299,8 @@ class RankExecutor {
       for (auto& v : y) v = activate(e.activation, v);
     if (e.pre_activation != kNoTensor) store_.write_hp(e.pre_activation, z);
     if (plan_.tensor(out).is_fp8())
-      quantize_to(store_, out, y,
-                  e.out_scale != kNoTensor ? store_.scalar(e.out_scale) : 1.0f, false);
+      quantize_to(store_, out, y, e.out_scale != kNoTensor ? store_.scalar(e.out_scale) : 1.0f,
+                  false);
     else
       store_.write_hp(out, y);
     if (e.out_amax != kNoTensor) store_.set_scalar(e.out_amax, numerics::amax(y));
@@ -367,8 +366,8 @@ class RankExecutor {
   void execute(const Step& step, ExecutedStep& e) {
     std::visit(Overloaded{
                    [&](const AmaxStep& s) {
-                     store_.set_scalar(s.amax, numerics::amax(dact_source(s.src, s.pre_activation,
-                                                                          s.dact)));
+                     store_.set_scalar(
+                         s.amax, numerics::amax(dact_source(s.src, s.pre_activation, s.dact)));
                    },
                    [&](const AmaxAllReduceStep& s) {
                      float v = store_.scalar(s.in), r = 0.0f;
@@ -389,8 +388,8 @@ class RankExecutor {
                    [&](const AllReduceStep& s) { sum(s.in, s.out, false); },
                    [&](const GemmStep& s) { gemm(s); },
                    [&](const EpilogueStep& s) {
-                     emit_output(s.epilogue, store_.read_hp(s.in),
-                                 plan_.tensor(s.in).dims[1].local, s.out);
+                     emit_output(s.epilogue, store_.read_hp(s.in), plan_.tensor(s.in).dims[1].local,
+                                 s.out);
                    },
                    [&](const GradEpilogueStep& s) { grad_epilogue(s); },
                    [&](const ScaleUpdateStep& s) { scale_update(s); },
@@ -453,8 +452,7 @@ void fill_external_tensors(const Layer& layer, TensorStore& store, const LayerSt
   }
 }
 
-RankStepResult collect_step_result(const Layer&, const TensorStore& store,
-                                   const LayerState& state,
+RankStepResult collect_step_result(const Layer&, const TensorStore& store, const LayerState& state,
                                    const std::vector<std::string>& capture) {
   const LayerPlan& plan = store.plan();
   const auto take = [&](int id, std::vector<float>& values, std::array<Dim, 2>& dims) {
@@ -549,10 +547,12 @@ std::vector<std::vector<RankStepResult>> run_layer(const Layer& layer, const Lay
   return results;
 }
 
-std::vector<std::vector<ChainStepResult>> run_chain(
-    const Layer& first, const LayerPlan& first_plan, const Layer& second,
-    const LayerPlan& second_plan, const std::vector<ChainData>& steps,
-    const ExecutorOptions& options, const std::vector<ChainReplacements>& replace) {
+std::vector<std::vector<ChainStepResult>> run_chain(const Layer& first, const LayerPlan& first_plan,
+                                                    const Layer& second,
+                                                    const LayerPlan& second_plan,
+                                                    const std::vector<ChainData>& steps,
+                                                    const ExecutorOptions& options,
+                                                    const std::vector<ChainReplacements>& replace) {
   if (first_plan.ranks != second_plan.ranks)
     throw ExecutorError("cpu executor: chain '" + first.name + "' -> '" + second.name +
                         "' runs on different tensor-parallel sizes");

@@ -88,10 +88,10 @@ struct RankStepResult {
 struct Replacement {
   enum class When { before_forward, before_backward };
   When when = When::before_backward;
-  int rank = -1;                     // only this rank's tensor; -1: every rank's
-  int tensor = kNoTensor;            // id in the plan being run
-  std::vector<float> values;         // high-precision tensors: logical values
-  std::vector<std::uint8_t> bytes;   // any tensor: its bytes as stored (used when values is empty)
+  int rank = -1;                    // only this rank's tensor; -1: every rank's
+  int tensor = kNoTensor;           // id in the plan being run
+  std::vector<float> values;        // high-precision tensors: logical values
+  std::vector<std::uint8_t> bytes;  // any tensor: its bytes as stored (used when values is empty)
 };
 
 struct ExecutorOptions {

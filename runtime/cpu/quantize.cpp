@@ -85,13 +85,11 @@ struct BlockMap {
       : scales(scale, store.plan().ranks) {
     const BlockShape shape = block_shape(data.scaling);
     const Layout L(data, store.plan().ranks);
-    outer = {L.outer, shape.outer,
-             data.block_segments[static_cast<std::size_t>(data.outer_dim())]};
-    inner = {L.inner, shape.inner,
-             data.block_segments[static_cast<std::size_t>(data.inner_dim())]};
+    outer = {L.outer, shape.outer, data.block_segments[static_cast<std::size_t>(data.outer_dim())]};
+    inner = {L.inner, shape.inner, data.block_segments[static_cast<std::size_t>(data.inner_dim())]};
     if (outer.count() != scales.outer || inner.count() != scales.inner)
-      throw std::logic_error("cpu executor: " + scale.name + " does not hold one scale per block of " +
-                             data.name);
+      throw std::logic_error("cpu executor: " + scale.name +
+                             " does not hold one scale per block of " + data.name);
   }
   std::size_t index(std::size_t o, std::size_t n) const {
     return scales.index(outer.index(o), inner.index(n));

@@ -24,5 +24,4 @@ struct ReferenceResult {
 ReferenceResult reference_layer_step(const Layer& layer, std::uint64_t tokens, const LayerData& d,
                                      const std::vector<float>* z = nullptr);
 
-
 }  // namespace fp8c::cpu

@@ -40,7 +40,6 @@ class TensorStore {
   std::vector<bool> written_;
 };
 
-
 // Rounds a float to what a tensor of `type` (bf16, fp16, fp32) stores.
 float round_to(ElemType type, float value);
 

@@ -89,13 +89,12 @@ struct Field {
 };
 
 std::vector<Field> fields_of(const Layer& layer, const LayerPlan& plan) {
-  std::vector<Field> f = {
-      {"y", &RankStepResult::y, &RankStepResult::y_dims,
-       plan.io.y != kNoTensor ? &LayerIo::y : &LayerIo::y_fp8, &ReferenceResult::y,
-       GemmRole::fprop}};
+  std::vector<Field> f = {{"y", &RankStepResult::y, &RankStepResult::y_dims,
+                           plan.io.y != kNoTensor ? &LayerIo::y : &LayerIo::y_fp8,
+                           &ReferenceResult::y, GemmRole::fprop}};
   if (plan.io.z != kNoTensor)
-    f.push_back({"z", &RankStepResult::z, &RankStepResult::z_dims, &LayerIo::z,
-                 &ReferenceResult::z, GemmRole::fprop});
+    f.push_back({"z", &RankStepResult::z, &RankStepResult::z_dims, &LayerIo::z, &ReferenceResult::z,
+                 GemmRole::fprop});
   f.push_back({"dx", &RankStepResult::dx, &RankStepResult::dx_dims, &LayerIo::dx,
                &ReferenceResult::dx, GemmRole::dgrad});
   f.push_back({"dw", &RankStepResult::dw, &RankStepResult::dw_dims, &LayerIo::dw,
@@ -258,8 +257,8 @@ void compare_step(const Layer& layer, const LayerPlan& pn, const LayerPlan& p1,
   const auto reference = [&](const std::vector<float>& z) {
     return reference_layer_step(layer, tokens, s.data, z.empty() ? nullptr : &z);
   };
-  const Assembled z_n = multi ? assemble(s.n, &RankStepResult::z, &RankStepResult::z_dims)
-                              : Assembled{};
+  const Assembled z_n =
+      multi ? assemble(s.n, &RankStepResult::z, &RankStepResult::z_dims) : Assembled{};
   // The one-rank backward ran from the N-rank pre-activation (replaced).
   const ReferenceResult ref_1 = reference(multi ? z_n.values : s.one->z);
   const ReferenceResult ref_n = multi ? reference(z_n.values) : ReferenceResult{};
@@ -268,8 +267,8 @@ void compare_step(const Layer& layer, const LayerPlan& pn, const LayerPlan& p1,
     for (double x : v) n += x * x;
     return std::sqrt(n);
   };
-  const double z_over_y = ref_1.z.empty() || norm(ref_1.y) == 0 ? 1.0
-                                                                 : norm(ref_1.z) / norm(ref_1.y);
+  const double z_over_y =
+      ref_1.z.empty() || norm(ref_1.y) == 0 ? 1.0 : norm(ref_1.z) / norm(ref_1.y);
   bool replicas = true;
   for (const Field& f : fields_of(layer, pn)) {
     const Assembled a1 = assemble(one, f.values, f.dims);
@@ -283,8 +282,8 @@ void compare_step(const Layer& layer, const LayerPlan& pn, const LayerPlan& p1,
       if (o.summed_partial == kNoTensor) {
         rows.add(compare_bitwise(layer.name, check, an.values, a1.values));
       } else {
-        std::vector<double> b = summed_bound(layer, pn, p1, o, f, s.n, *s.one, s.data, tokens,
-                                             an.values, a1.values);
+        std::vector<double> b =
+            summed_bound(layer, pn, p1, o, f, s.n, *s.one, s.data, tokens, an.values, a1.values);
         CheckResult c = compare_within(layer.name, check, an.values, a1.values, b);
         if (b.empty()) c.why = "the bound's inputs were not captured", c.pass = false;
         rows.add(c);
@@ -293,7 +292,8 @@ void compare_step(const Layer& layer, const LayerPlan& pn, const LayerPlan& p1,
                                 an.values, ref_n.*f.ref, bound));
     }
     rows.add(compare_relative(
-        layer.name, std::string(f.name) + ": " + (multi ? "1 rank vs float64" : "vs float64") + label,
+        layer.name,
+        std::string(f.name) + ": " + (multi ? "1 rank vs float64" : "vs float64") + label,
         a1.values, ref_1.*f.ref, bound_1));
   }
   if (!multi) return;
@@ -465,7 +465,7 @@ double float64_bound(const Layer& layer, const LayerPlan& plan, const std::strin
   const double ud = unit_roundoff(elem_type(layer.dtype));
   const double u32 = unit_roundoff(ElemType::fp32);
   const bool db = tensor == "db";
-  const GemmRole role = tensor == "dx" ? GemmRole::dgrad
+  const GemmRole role = tensor == "dx"   ? GemmRole::dgrad
                         : tensor == "dw" ? GemmRole::wgrad
                                          : GemmRole::fprop;
   // The GEMM's operands: each quantized value is within u of its format of
@@ -491,7 +491,8 @@ double float64_bound(const Layer& layer, const LayerPlan& plan, const std::strin
   // A sum over the group: 2R - 1 roundings of partials and running sums in
   // the layer dtype, each at most u of the partials' magnitude.
   double sum = 0.0;
-  const int LayerIo::*field = tensor == "y"    ? (plan.io.y != kNoTensor ? &LayerIo::y : &LayerIo::y_fp8)
+  const int LayerIo::*field = tensor == "y"
+                                  ? (plan.io.y != kNoTensor ? &LayerIo::y : &LayerIo::y_fp8)
                               : tensor == "z"  ? &LayerIo::z
                               : tensor == "dx" ? &LayerIo::dx
                               : tensor == "dw" ? &LayerIo::dw
@@ -500,17 +501,18 @@ double float64_bound(const Layer& layer, const LayerPlan& plan, const std::strin
   if (id != kNoTensor && trace_output(plan, id).summed_partial != kNoTensor)
     sum = (2.0 * plan.ranks - 1) * ud;
   // The store: the layer dtype, or an FP8 output's format.
-  const double store = id != kNoTensor && plan.tensor(id).is_fp8()
-                           ? unit_roundoff(plan.tensor(id).type)
-                           : unit_roundoff(id != kNoTensor ? plan.tensor(id).type : elem_type(layer.dtype));
+  const double store =
+      id != kNoTensor && plan.tensor(id).is_fp8()
+          ? unit_roundoff(plan.tensor(id).type)
+          : unit_roundoff(id != kNoTensor ? plan.tensor(id).type : elem_type(layer.dtype));
   if (db) return sum + 2 * ud + accumulation;  // a column sum of dz given z
   const double before_store = gemm + sum + accumulation;
   if (tensor == "z") return before_store + store;
   if (tensor == "y")
     // |act(z') - act(z)| <= L |z' - z|: relative to ||y||, z's error grows
     // by L ||z|| / ||y|| (measured from the float64 reference).
-    return activation_lipschitz(layer.activation) * (layer.activation == Activation::none ? 1.0 : z_over_y) *
-               before_store +
+    return activation_lipschitz(layer.activation) *
+               (layer.activation == Activation::none ? 1.0 : z_over_y) * before_store +
            store;
   // dx, dw given z: dz is exact in the reference, rounded (to the backward
   // format, or to the layer dtype) in the run.

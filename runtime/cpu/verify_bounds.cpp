@@ -144,8 +144,8 @@ std::vector<double> store_bound(const OutputOrigin& o, ElemType stored,
   // output to its format (plus the absolute subnormal step, scaled back).
   const double us = unit_roundoff(stored);
   const bool bias = o.epilogue && o.epilogue->bias != kNoTensor;
-  const Activation act = o.epilogue && !o.pre_activation ? o.epilogue->activation
-                                                         : Activation::none;
+  const Activation act =
+      o.epilogue && !o.pre_activation ? o.epilogue->activation : Activation::none;
   for (std::size_t i = 0; i < n; ++i) {
     const double va = i < a.size() ? std::fabs(double(a[i])) : 0.0;
     const double vb = i < b.size() ? std::fabs(double(b[i])) : 0.0;

@@ -35,13 +35,13 @@ double gamma_fp32(std::uint64_t n);
 // column sum (dbias), and the epilogue it goes through after that sum.
 struct OutputOrigin {
   const GemmStep* gemm = nullptr;
-  bool column_sum = false;           // dbias: column sums of dz over tokens
-  int summed_partial = kNoTensor;    // the partial a reduce step sums; kNoTensor: no sum
+  bool column_sum = false;         // dbias: column sums of dz over tokens
+  int summed_partial = kNoTensor;  // the partial a reduce step sums; kNoTensor: no sum
   // The epilogue the value goes through: the GEMM's own, or the epilogue
   // step after the sum (after_sum).
   const OutputEpilogue* epilogue = nullptr;
   bool after_sum = false;
-  bool pre_activation = false;       // the output is that epilogue's z
+  bool pre_activation = false;  // the output is that epilogue's z
 };
 OutputOrigin trace_output(const LayerPlan& plan, int tensor);
 

@@ -83,7 +83,8 @@ std::vector<float> abs_difference(const std::vector<float>& a, const std::vector
 // the GPU dequantized to the layer dtype), and both sides' fp32
 // accumulations in different orders.
 std::vector<double> gemm_difference(const Layer& layer, const LayerPlan& plan, const GemmStep& g,
-                                    const cpu::RankStepResult& gpu, const cpu::RankStepResult& cpu) {
+                                    const cpu::RankStepResult& gpu,
+                                    const cpu::RankStepResult& cpu) {
   const std::string an = plan.tensor(g.a).name, bn = plan.tensor(g.b).name;
   const auto &ag = logical(gpu, an), &ac = logical(cpu, an);
   const auto &bg = logical(gpu, bn), &bc = logical(cpu, bn);
@@ -113,10 +114,11 @@ std::vector<double> gemm_difference(const Layer& layer, const LayerPlan& plan, c
 
 // |column sums of dz on the GPU - on the CPU| of one rank: dz = dy act'(z)
 // evaluated differently, then summed in different orders.
-std::vector<double> column_sum_difference(const Layer& layer, const LayerPlan& plan,
-                                          int source, const cpu::RankStepResult& cpu) {
+std::vector<double> column_sum_difference(const Layer& layer, const LayerPlan& plan, int source,
+                                          const cpu::RankStepResult& cpu) {
   const std::vector<float>& dy = logical(cpu, plan.tensor(source).name);
-  const std::size_t rows = plan.tensor(source).dims[0].local, cols = plan.tensor(source).dims[1].local;
+  const std::size_t rows = plan.tensor(source).dims[0].local,
+                    cols = plan.tensor(source).dims[1].local;
   if (dy.size() != rows * cols) return {};
   const double lip = cpu::activation_lipschitz(layer.activation);
   std::vector<double> e(cols, 0.0);
@@ -140,7 +142,8 @@ int column_sum_source(const LayerPlan& plan, int dbias) {
 // One rank's (before-store) difference of the value a field comes from.
 std::vector<double> rank_difference(const Layer& layer, const LayerPlan& plan,
                                     const cpu::OutputOrigin& o, int partial_or_output,
-                                    const cpu::RankStepResult& gpu, const cpu::RankStepResult& cpu) {
+                                    const cpu::RankStepResult& gpu,
+                                    const cpu::RankStepResult& cpu) {
   if (o.gemm) return gemm_difference(layer, plan, *o.gemm, gpu, cpu);
   if (o.column_sum)
     return column_sum_difference(layer, plan, column_sum_source(plan, partial_or_output), cpu);
@@ -325,10 +328,10 @@ void compare_float64(cpu::VerifyReport& report, const Layer& layer, const LayerP
   for (std::size_t s = 0; s < data.size(); ++s) {
     std::vector<const cpu::RankStepResult*> ranks;
     for (const auto& r : gpu) ranks.push_back(&r[s]);
-    const cpu::Assembled z = cpu::assemble(ranks, &cpu::RankStepResult::z,
-                                           &cpu::RankStepResult::z_dims);
-    const cpu::ReferenceResult ref =
-        cpu::reference_layer_step(layer, tokens, data[s], plan.io.z != kNoTensor ? &z.values : nullptr);
+    const cpu::Assembled z =
+        cpu::assemble(ranks, &cpu::RankStepResult::z, &cpu::RankStepResult::z_dims);
+    const cpu::ReferenceResult ref = cpu::reference_layer_step(
+        layer, tokens, data[s], plan.io.z != kNoTensor ? &z.values : nullptr);
     double zn = 0, yn = 0;
     for (double v : ref.z) zn += v * v;
     for (double v : ref.y) yn += v * v;
@@ -397,46 +400,44 @@ std::vector<double> partial_magnitude(const LayerPlan& plan, const cpu::OutputOr
 cpu::VerifyReport verify_spec_on_gpu(const Spec& spec, const cpu::VerifyOptions& options,
                                      const Device& device, const Jit& jit) {
   cpu::VerifyReport report;
-  for_each_layer(spec, options, options.ranks,
-                 [&](const Layer& layer, const LayerPlan& lp,
-                     const std::vector<cpu::LayerData>& data) {
-                   GpuRunOptions ge;
-                   ge.capture = bound_tensors(lp);
-                   ge.timeout = options.executor.timeout;
-                   const auto gpu = run_layer_on_gpu(device, jit, layer, lp, data, ge);
-                   const auto ref = cpu::run_layer(layer, lp, data, reference_options(lp, options, gpu));
-                   const std::string where = " (" + std::to_string(lp.ranks) + " ranks on one GPU)";
-                   for (std::size_t s = 0; s < data.size(); ++s) {
-                     std::vector<const cpu::RankStepResult*> cpu_ranks;
-                     for (const auto& r : ref) cpu_ranks.push_back(&r[s]);
-                     // A summed field's difference covers every rank: made
-                     // once per field and step, read by each rank's compare.
-                     std::map<std::string, std::pair<std::vector<double>, std::vector<double>>>
-                         made;
-                     const auto summed = [&](const Field& f, const cpu::OutputOrigin& o,
-                                             std::vector<double>& magnitude) {
-                       auto it = made.find(f.name);
-                       if (it == made.end()) {
-                         std::vector<double> m = partial_magnitude(lp, o, cpu_ranks);
-                         std::vector<double> total(m.size(), 0.0);
-                         for (std::size_t r = 0; r < gpu.size() && !total.empty(); ++r) {
-                           const auto e = rank_difference(layer, lp, o, o.summed_partial,
-                                                          gpu[r][s], ref[r][s]);
-                           if (e.size() != total.size()) total.clear();
-                           for (std::size_t i = 0; i < e.size() && !total.empty(); ++i)
-                             total[i] += e[i];
-                         }
-                         it = made.emplace(f.name, std::pair{std::move(total), std::move(m)}).first;
-                       }
-                       magnitude = it->second.second;
-                       return it->second.first;
-                     };
-                     for (std::size_t r = 0; r < ref.size(); ++r)
-                       compare_rank(report, layer, lp, gpu[r][s], ref[r][s], static_cast<int>(r), s,
-                                    where, summed);
-                   }
-                   compare_float64(report, layer, lp, gpu, data, options.tokens, where);
-                 });
+  for_each_layer(
+      spec, options, options.ranks,
+      [&](const Layer& layer, const LayerPlan& lp, const std::vector<cpu::LayerData>& data) {
+        GpuRunOptions ge;
+        ge.capture = bound_tensors(lp);
+        ge.timeout = options.executor.timeout;
+        const auto gpu = run_layer_on_gpu(device, jit, layer, lp, data, ge);
+        const auto ref = cpu::run_layer(layer, lp, data, reference_options(lp, options, gpu));
+        const std::string where = " (" + std::to_string(lp.ranks) + " ranks on one GPU)";
+        for (std::size_t s = 0; s < data.size(); ++s) {
+          std::vector<const cpu::RankStepResult*> cpu_ranks;
+          for (const auto& r : ref) cpu_ranks.push_back(&r[s]);
+          // A summed field's difference covers every rank: made
+          // once per field and step, read by each rank's compare.
+          std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> made;
+          const auto summed = [&](const Field& f, const cpu::OutputOrigin& o,
+                                  std::vector<double>& magnitude) {
+            auto it = made.find(f.name);
+            if (it == made.end()) {
+              std::vector<double> m = partial_magnitude(lp, o, cpu_ranks);
+              std::vector<double> total(m.size(), 0.0);
+              for (std::size_t r = 0; r < gpu.size() && !total.empty(); ++r) {
+                const auto e =
+                    rank_difference(layer, lp, o, o.summed_partial, gpu[r][s], ref[r][s]);
+                if (e.size() != total.size()) total.clear();
+                for (std::size_t i = 0; i < e.size() && !total.empty(); ++i) total[i] += e[i];
+              }
+              it = made.emplace(f.name, std::pair{std::move(total), std::move(m)}).first;
+            }
+            magnitude = it->second.second;
+            return it->second.first;
+          };
+          for (std::size_t r = 0; r < ref.size(); ++r)
+            compare_rank(report, layer, lp, gpu[r][s], ref[r][s], static_cast<int>(r), s, where,
+                         summed);
+        }
+        compare_float64(report, layer, lp, gpu, data, options.tokens, where);
+      });
   return report;
 }
 

@@ -48,7 +48,9 @@ const KernelLaunch* find_launch(const LoweredStep& l, LaunchRole role) {
 template <typename K>
 const K& launch_kernel(const LoweredStep& l, LaunchRole role) {
   const KernelLaunch* k = find_launch(l, role);
-  if (!k) throw std::logic_error("gpu executor: the lowered step has no " + std::string(to_string(role)) + " launch");
+  if (!k)
+    throw std::logic_error("gpu executor: the lowered step has no " + std::string(to_string(role)) +
+                           " launch");
   return std::get<K>(k->kernel.description);
 }
 
@@ -136,7 +138,8 @@ GpuRankExecutor::GpuRankExecutor(const Layer& layer, const LayerPlan& plan,
   // Scale pairs not bound to state start as (1, 1), as the CPU executor's.
   const float one[5] = {1.0f, 0.0f, 0.0f, 0.0f, 1.0f};
   for (std::size_t i = 0; i < n; ++i)
-    if (!state_view_[i] && is_scale_pair(plan.tensors[i])) arena_.upload(one, sizeof one, offsets[i]);
+    if (!state_view_[i] && is_scale_pair(plan.tensors[i]))
+      arena_.upload(one, sizeof one, offsets[i]);
 
   // Scratch: dbias tile partials of every launch that makes them (plus room
   // for the NaN flag), then what the lowering says it stages.
@@ -151,8 +154,8 @@ GpuRankExecutor::GpuRankExecutor(const Layer& layer, const LayerPlan& plan,
                                steps[i].kind() == StepKind::grad_epilogue;
       const int tiles =
           by_epilogue ? EpilogueLauncher::dbias_tiles(rows) : QuantizeLauncher::tiles(rows);
-      partial = std::max<std::size_t>(
-          partial, static_cast<std::size_t>(tiles) * src.dims[1].local * 4 + 16);
+      partial = std::max<std::size_t>(partial,
+                                      static_cast<std::size_t>(tiles) * src.dims[1].local * 4 + 16);
     }
   };
   partials(plan.forward, lowered.forward);
@@ -400,8 +403,7 @@ void GpuRankExecutor::grad_epilogue(const GradEpilogueStep& s, const LoweredStep
   a.out = at(s.out);
   if (s.dbias != kNoTensor) a.dbias_partial = scratch_.get();
   r_.kernels.epilogue(d).launch(a, r_.stream);
-  if (s.dbias != kNoTensor)
-    dbias_reduce(l, s.dbias, EpilogueLauncher::dbias_tiles(a.rows), a.cols);
+  if (s.dbias != kNoTensor) dbias_reduce(l, s.dbias, EpilogueLauncher::dbias_tiles(a.rows), a.cols);
 }
 
 DequantizeArgs GpuRankExecutor::dequantize_args(int id, CUdeviceptr out) const {
@@ -452,9 +454,9 @@ void GpuRankExecutor::quantize(const QuantizeStep& s, const LoweredStep& l) {
       if (s.pre_activation != kNoTensor) e.pre_activation = at(s.pre_activation);
       e.out = staging_.get();
       if (s.dbias != kNoTensor) e.dbias_partial = scratch_.get();
-      r_.kernels.epilogue(std::get<EpilogueKernel>(staged->kernel.description)).launch(e, r_.stream);
-      if (s.dbias != kNoTensor)
-        dbias_reduce(l, s.dbias, EpilogueLauncher::dbias_tiles(rows), cols);
+      r_.kernels.epilogue(std::get<EpilogueKernel>(staged->kernel.description))
+          .launch(e, r_.stream);
+      if (s.dbias != kNoTensor) dbias_reduce(l, s.dbias, EpilogueLauncher::dbias_tiles(rows), cols);
       a.x = staging_.get();
     }
     a.rows = rows;
@@ -516,8 +518,8 @@ void GpuRankExecutor::collective(const Step& step) {
             comm.all_gather(at(s.in), at(s.out), plan_.tensor(s.in).bytes(), DType::kUInt8,
                             r_.stream);
             if (s.scales_in != kNoTensor)
-              comm.all_gather(at(s.scales_in), at(s.scales_out),
-                              plan_.tensor(s.scales_in).bytes(), DType::kUInt8, r_.stream);
+              comm.all_gather(at(s.scales_in), at(s.scales_out), plan_.tensor(s.scales_in).bytes(),
+                              DType::kUInt8, r_.stream);
           },
           [&](const ReduceScatterStep& s) {
             const Tensor& out = plan_.tensor(s.out);
@@ -620,10 +622,10 @@ std::string describe(const GemmArgs& g) {
 void GpuRankExecutor::run_gemm(const GemmStep& s, const GemmArgs& g) {
   std::string why;
   if (!r_.gemm.supports(g, &why))
-    throw ExecutorError("gpu executor: layer '" + layer_.name + "': " +
-                        std::string(to_string(s.role)) + " GEMM of " + plan_.tensor(s.a).name +
-                        " and " + plan_.tensor(s.b).name + " is not supported by " +
-                        std::string(r_.gemm.name()) + ": " + why);
+    throw ExecutorError("gpu executor: layer '" + layer_.name +
+                        "': " + std::string(to_string(s.role)) + " GEMM of " +
+                        plan_.tensor(s.a).name + " and " + plan_.tensor(s.b).name +
+                        " is not supported by " + std::string(r_.gemm.name()) + ": " + why);
   try {
     r_.gemm.run(g, r_.stream);
   } catch (const std::exception& e) {

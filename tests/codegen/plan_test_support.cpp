@@ -57,11 +57,14 @@ std::vector<std::string> collective_signature(const LayerPlan& layer) {
   for (const auto* pass : {&layer.forward, &layer.backward, &layer.update})
     for (const auto& s : *pass) {
       if (!s.is_collective()) continue;
-      std::string sig = std::string(to_string(s.kind())) + ":";
-      for (int id : s.inputs()) sig += " " + std::string(to_string(layer.tensor(id).type));
+      // Appended piece by piece: GCC 12 warns (-Wrestrict, falsely) on
+      // "literal" + std::string temporaries.
+      std::string sig(to_string(s.kind()));
+      sig += ':';
+      for (int id : s.inputs()) (sig += ' ') += to_string(layer.tensor(id).type);
       sig += " ->";
-      for (int id : s.outputs()) sig += " " + std::string(to_string(layer.tensor(id).type));
-      sig += " " + std::to_string(s.bytes_per_rank());
+      for (int id : s.outputs()) (sig += ' ') += to_string(layer.tensor(id).type);
+      (sig += ' ') += std::to_string(s.bytes_per_rank());
       r.push_back(sig);
     }
   return r;

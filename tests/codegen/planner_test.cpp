@@ -135,8 +135,11 @@ TEST(Planner, SaveOriginalQuantizesOnlyColumnwiseAndStatsKeepCollectives) {
 // tensor-parallel size, and creates no FP8 state a one-rank run lacks.
 TEST(Planner, FallbackGemmsReadHighPrecisionAndStateIsRankIndependent) {
   const std::vector<std::vector<GemmKind>> fallbacks = {
-      {GemmKind::fprop}, {GemmKind::dgrad}, {GemmKind::wgrad},
-      {GemmKind::dgrad, GemmKind::wgrad}, {GemmKind::fprop, GemmKind::dgrad, GemmKind::wgrad}};
+      {GemmKind::fprop},
+      {GemmKind::dgrad},
+      {GemmKind::wgrad},
+      {GemmKind::dgrad, GemmKind::wgrad},
+      {GemmKind::fprop, GemmKind::dgrad, GemmKind::wgrad}};
   for (RecipeKind recipe : kFp8Recipes)
     for (auto mode : {ParallelMode::column, ParallelMode::row})
       for (bool sp : {false, true})
@@ -194,15 +197,18 @@ TEST(Planner, CutBlocksOnAGatherAreQuantizedAfterAHighPrecisionGather) {
           const Tensor& in = l.tensor(s->as<AllGatherStep>()->in);
           if (!in.is_fp8()) hp_gather = true;
           // Never a gather of blocks a rank's share cuts.
-          if (in.block_scaled() && in.usage == Usage::columnwise)
+          if (in.block_scaled() && in.usage == Usage::columnwise) {
             EXPECT_EQ(in.dims[0].local % block, 0u) << in.name;
+          }
         }
         EXPECT_EQ(hp_gather, cut) << tokens;
         bool noted = false;
         for (const auto& n : l.notes)
           if (n.find("gathered in") != std::string::npos) noted = true;
         EXPECT_EQ(noted, cut);
-        if (cut) EXPECT_FALSE(gathered_operand.segmented);
+        if (cut) {
+          EXPECT_FALSE(gathered_operand.segmented);
+        }
       }
     }
 }
@@ -426,10 +432,14 @@ TEST(Planner, RecipeNoneHasNoFp8) {
 // with what the steps read and write.
 TEST(Planner, IoNamesTheLayersTensors) {
   for (const auto& file : testing::example_files()) {
-    const Plan plan = plan_spec(testing::example(file), PlanOptions{std::nullopt, 256});
+    PlanOptions o;
+    o.tokens = 256;
+    const Plan plan = plan_spec(testing::example(file), o);
     for (const auto& l : plan.layers) {
       SCOPED_TRACE(file + " " + l.layer);
-      if (l.io.x != kNoTensor) EXPECT_EQ(l.tensor(l.io.x).quantity, Quantity::x);
+      if (l.io.x != kNoTensor) {
+        EXPECT_EQ(l.tensor(l.io.x).quantity, Quantity::x);
+      }
       EXPECT_EQ(l.tensor(l.io.w).quantity, Quantity::w);
       EXPECT_EQ(l.tensor(l.io.dy).quantity, Quantity::dy);
       EXPECT_EQ(l.tensor(l.io.dx).quantity, Quantity::dx);
@@ -437,7 +447,9 @@ TEST(Planner, IoNamesTheLayersTensors) {
       EXPECT_NE(producer_of(l, l.io.dx), nullptr);
       EXPECT_NE(producer_of(l, l.io.dw), nullptr);
       EXPECT_NE(producer_of(l, l.io.y != kNoTensor ? l.io.y : l.io.y_fp8), nullptr);
-      if (l.io.db != kNoTensor) EXPECT_NE(producer_of(l, l.io.db), nullptr);
+      if (l.io.db != kNoTensor) {
+        EXPECT_NE(producer_of(l, l.io.db), nullptr);
+      }
       for (const auto& d : l.delayed) {
         EXPECT_TRUE(l.tensor(d.scale).external);
         EXPECT_EQ(l.tensor(d.scale).quantity, d.quantity);

@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <variant>
 
-#include "../cpu/cpu_test_support.hpp"
 #include <unistd.h>
+#include "../cpu/cpu_test_support.hpp"
 
 #include <cstdio>
 #include <filesystem>

@@ -154,12 +154,11 @@ TEST(EpilogueCompile, PlansMapEpilogueAndDequantizeStepsToKernels) {
     }
   }
   // The forms the plans need, as the CPU executor runs them.
-  for (const char* name :
-       {"epilogue_bf16_bias_to_bf16", "epilogue_bf16_bias_silu_z_to_e4m3_amax",
-        "epilogue_bf16_bias_relu_z_to_bf16", "epilogue_bwd_fp16_drelu_dbias",
-        "epilogue_bwd_bf16_dgelu_dbias", "epilogue_fp16_bias_to_fp16",
-        "dequantize_e4m3_b1x128_to_bf16_t", "dequantize_e4m3_b128x128_to_bf16",
-        "dequantize_e5m2_mx1x32_to_bf16_t", "dequantize_e5m2_mx1x32_to_bf16"})
+  for (const char* name : {"epilogue_bf16_bias_to_bf16", "epilogue_bf16_bias_silu_z_to_e4m3_amax",
+                           "epilogue_bf16_bias_relu_z_to_bf16", "epilogue_bwd_fp16_drelu_dbias",
+                           "epilogue_bwd_bf16_dgelu_dbias", "epilogue_fp16_bias_to_fp16",
+                           "dequantize_e4m3_b1x128_to_bf16_t", "dequantize_e4m3_b128x128_to_bf16",
+                           "dequantize_e5m2_mx1x32_to_bf16_t", "dequantize_e5m2_mx1x32_to_bf16"})
     EXPECT_TRUE(names.count(name)) << "no plan maps a step to " << name;
   expect_clean_compiles(sources);
 }

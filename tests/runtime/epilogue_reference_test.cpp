@@ -15,7 +15,6 @@
 #include <span>
 
 #include "codegen/lower/lowered.hpp"
-#include "runtime/reference/element_store.hpp"
 #include "codegen/numerics/amax.hpp"
 #include "codegen/numerics/half.hpp"
 #include "codegen/plan/planner.hpp"
@@ -26,6 +25,7 @@
 #include "runtime/reference/activation_bound.hpp"
 #include "runtime/reference/dequantize_reference.hpp"
 #include "runtime/reference/element.hpp"
+#include "runtime/reference/element_store.hpp"
 #include "runtime/reference/epilogue_reference.hpp"
 
 namespace fp8c::runtime {
@@ -96,8 +96,7 @@ void check_epilogue_steps(const EpilogueCase& c) {
       SCOPED_TRACE(k.name());
       const void *bias = nullptr, *pre = nullptr;
       float scale = 1.0f;
-      int in = kNoTensor, out = kNoTensor, pre_out = kNoTensor, amax = kNoTensor,
-          dbias = kNoTensor;
+      int in = kNoTensor, out = kNoTensor, pre_out = kNoTensor, amax = kNoTensor, dbias = kNoTensor;
       if (const auto* e = s->as<EpilogueStep>()) {
         in = e->in;
         out = e->out;
@@ -115,7 +114,8 @@ void check_epilogue_steps(const EpilogueCase& c) {
       }
       const Tensor& input = lp.tensor(in);
       const std::int64_t rows = input.dims[0].local, cols = input.dims[1].local;
-      const EpilogueResult want = reference_epilogue(k, bytes(in).data(), bias, pre, scale, rows, cols);
+      const EpilogueResult want =
+          reference_epilogue(k, bytes(in).data(), bias, pre, scale, rows, cols);
       EXPECT_EQ(first_difference(bytes(out), want.out), -1) << lp.tensor(out).name;
       if (pre_out != kNoTensor) EXPECT_EQ(first_difference(bytes(pre_out), want.pre_out), -1);
       if (amax != kNoTensor) {
@@ -233,75 +233,77 @@ layer e = linear {
       for (const LayerPlan& lp : plan.layers) {
         const Layer& layer = *spec.find_layer(lp.layer);
         const LoweredLayer lowered = lower_layer(layer, lp);
-        for (const auto& [pass, low] : {std::pair{&lp.forward, &lowered.forward},
-                                        std::pair{&lp.backward, &lowered.backward}})
+        for (const auto& [pass, low] :
+             {std::pair{&lp.forward, &lowered.forward}, std::pair{&lp.backward, &lowered.backward}})
           for (std::size_t si = 0; si < pass->size(); ++si)
             for (const auto& action : (*low)[si].actions) {
-            const auto* launch = std::get_if<KernelLaunch>(&action);
-            if (!launch || (launch->role != LaunchRole::dequantize_a &&
-                            launch->role != LaunchRole::dequantize_b))
-              continue;
-            const GemmStep& gemm = *(*pass)[si].as<GemmStep>();
-            const Tensor& q =
-                lp.tensor(launch->role == LaunchRole::dequantize_a ? gemm.a : gemm.b);
-            const DequantizeKernel k = std::get<DequantizeKernel>(launch->kernel.description);
-            SCOPED_TRACE(k.name() + " of " + q.name + " at " + std::to_string(ranks) + " ranks");
-            cpu::TensorStore store(lp);
-            fill_random(store.bytes(q.id), rng);
-            float tensor_scale = 1.0f;
-            if (q.scaling == Scaling::per_tensor) {
-              tensor_scale = random_scale(rng);
-              store.set_scalar(q.scale, tensor_scale);
-            } else if (lp.tensor(q.scale).type == ElemType::e8m0) {
-              fill_random(store.bytes(q.scale), rng);
-            } else {
-              auto sb = store.bytes(q.scale);
-              for (std::size_t i = 0; i + 4 <= sb.size(); i += 4) {
-                const float v = random_scale(rng);
-                std::memcpy(sb.data() + i, &v, 4);
+              const auto* launch = std::get_if<KernelLaunch>(&action);
+              if (!launch || (launch->role != LaunchRole::dequantize_a &&
+                              launch->role != LaunchRole::dequantize_b))
+                continue;
+              const GemmStep& gemm = *(*pass)[si].as<GemmStep>();
+              const Tensor& q =
+                  lp.tensor(launch->role == LaunchRole::dequantize_a ? gemm.a : gemm.b);
+              const DequantizeKernel k = std::get<DequantizeKernel>(launch->kernel.description);
+              SCOPED_TRACE(k.name() + " of " + q.name + " at " + std::to_string(ranks) + " ranks");
+              cpu::TensorStore store(lp);
+              fill_random(store.bytes(q.id), rng);
+              float tensor_scale = 1.0f;
+              if (q.scaling == Scaling::per_tensor) {
+                tensor_scale = random_scale(rng);
+                store.set_scalar(q.scale, tensor_scale);
+              } else if (lp.tensor(q.scale).type == ElemType::e8m0) {
+                fill_random(store.bytes(q.scale), rng);
+              } else {
+                auto sb = store.bytes(q.scale);
+                for (std::size_t i = 0; i + 4 <= sb.size(); i += 4) {
+                  const float v = random_scale(rng);
+                  std::memcpy(sb.data() + i, &v, 4);
+                }
               }
+              // What the executor's decode() and a store in the output type make.
+              const std::vector<float> decoded = cpu::decode(store, q.id, true);
+              std::vector<std::uint8_t> got_bytes(decoded.size() * element_bytes(k.output));
+              for (std::size_t i = 0; i < decoded.size(); ++i)
+                store_element(k.output, got_bytes.data(), static_cast<std::int64_t>(i), decoded[i]);
+              DequantizeLayout layout;
+              layout.outer = q.dims[static_cast<std::size_t>(q.outer_dim())].local;
+              layout.inner = q.dims[static_cast<std::size_t>(q.inner_dim())].local;
+              layout.segments =
+                  static_cast<int>(q.block_segments[static_cast<std::size_t>(q.inner_dim())]);
+              layout.segmented = q.segmented.has_value();
+              if (q.scaling != Scaling::per_tensor) {
+                ASSERT_EQ(static_cast<std::size_t>(dequantize_scale_count(k, layout)) *
+                              (k.scaling == Scaling::mx_1x32 ? 1 : 4),
+                          store.bytes(q.scale).size());
+              }
+              const auto want = reference_dequantize(
+                  k, store.bytes(q.id).data(),
+                  q.scaling == Scaling::per_tensor ? nullptr : store.bytes(q.scale).data(),
+                  tensor_scale, layout);
+              const auto& got = got_bytes;
+              ASSERT_EQ(got.size(), want.out.size());
+              const std::size_t width = element_bytes(k.output);
+              std::size_t mismatches = 0;
+              for (std::size_t i = 0; i < got.size() / width; ++i) {
+                const float g = load_element(k.output, got.data(), static_cast<std::int64_t>(i));
+                const float w =
+                    load_element(k.output, want.out.data(), static_cast<std::int64_t>(i));
+                const bool same =
+                    std::memcmp(got.data() + i * width, want.out.data() + i * width, width) == 0 ||
+                    (std::isnan(g) && std::isnan(w));
+                if (!same && ++mismatches <= 5)
+                  ADD_FAILURE() << "element " << i << ": executor " << g << ", reference " << w;
+              }
+              EXPECT_EQ(mismatches, 0u);
+              if (k.amax) {
+                const float amax = numerics::amax(decoded);
+                EXPECT_EQ(std::bit_cast<std::uint32_t>(amax), want.amax_bits);
+              }
+              ++checked;
+              segmented += layout.segmented;
+              transposed += k.transpose;
             }
-            // What the executor's decode() and a store in the output type make.
-            const std::vector<float> decoded = cpu::decode(store, q.id, true);
-            std::vector<std::uint8_t> got_bytes(decoded.size() * element_bytes(k.output));
-            for (std::size_t i = 0; i < decoded.size(); ++i)
-              store_element(k.output, got_bytes.data(), static_cast<std::int64_t>(i), decoded[i]);
-            DequantizeLayout layout;
-            layout.outer = q.dims[static_cast<std::size_t>(q.outer_dim())].local;
-            layout.inner = q.dims[static_cast<std::size_t>(q.inner_dim())].local;
-            layout.segments = static_cast<int>(q.block_segments[static_cast<std::size_t>(q.inner_dim())]);
-            layout.segmented = q.segmented.has_value();
-            if (q.scaling != Scaling::per_tensor) {
-              ASSERT_EQ(static_cast<std::size_t>(dequantize_scale_count(k, layout)) *
-                            (k.scaling == Scaling::mx_1x32 ? 1 : 4),
-                        store.bytes(q.scale).size());
-            }
-            const auto want = reference_dequantize(
-                k, store.bytes(q.id).data(),
-                q.scaling == Scaling::per_tensor ? nullptr : store.bytes(q.scale).data(),
-                tensor_scale, layout);
-            const auto& got = got_bytes;
-            ASSERT_EQ(got.size(), want.out.size());
-            const std::size_t width = element_bytes(k.output);
-            std::size_t mismatches = 0;
-            for (std::size_t i = 0; i < got.size() / width; ++i) {
-              const float g = load_element(k.output, got.data(), static_cast<std::int64_t>(i));
-              const float w = load_element(k.output, want.out.data(), static_cast<std::int64_t>(i));
-              const bool same =
-                  std::memcmp(got.data() + i * width, want.out.data() + i * width, width) == 0 ||
-                  (std::isnan(g) && std::isnan(w));
-              if (!same && ++mismatches <= 5)
-                ADD_FAILURE() << "element " << i << ": executor " << g << ", reference " << w;
-            }
-            EXPECT_EQ(mismatches, 0u);
-            if (k.amax) {
-              const float amax = numerics::amax(decoded);
-              EXPECT_EQ(std::bit_cast<std::uint32_t>(amax), want.amax_bits);
-            }
-            ++checked;
-            segmented += layout.segmented;
-            transposed += k.transpose;
-          }
       }
     }
   }
