@@ -3,16 +3,10 @@
 #include <algorithm>
 
 #include "codegen/lower/lowered.hpp"
+#include "codegen/plan/overloaded.hpp"
 
 namespace fp8c {
 namespace {
-
-template <class... F>
-struct Overloaded : F... {
-  using F::operator()...;
-};
-template <class... F>
-Overloaded(F...) -> Overloaded<F...>;
 
 bool high_precision(ElemType t) {
   return t == ElemType::bf16 || t == ElemType::fp16 || t == ElemType::fp32;

@@ -3,16 +3,10 @@
 #include <sstream>
 
 #include "codegen/lower/lowered.hpp"
+#include "codegen/plan/overloaded.hpp"
 
 namespace fp8c {
 namespace {
-
-template <class... F>
-struct Overloaded : F... {
-  using F::operator()...;
-};
-template <class... F>
-Overloaded(F...) -> Overloaded<F...>;
 
 std::string describe(const GemmCall& g) {
   std::string s = "gemm " + std::string(to_string(g.role)) + " on " + g.backend + ", ";

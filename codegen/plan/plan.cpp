@@ -1,17 +1,11 @@
 // Names and sizes of Plan values, and the generic view of typed steps.
 #include "codegen/plan/plan.hpp"
+#include "codegen/plan/overloaded.hpp"
 
 #include <type_traits>
 
 namespace fp8c {
 namespace {
-
-template <class... F>
-struct Overloaded : F... {
-  using F::operator()...;
-};
-template <class... F>
-Overloaded(F...) -> Overloaded<F...>;
 
 void push(std::vector<int>& v, int id) {
   if (id != kNoTensor) v.push_back(id);
@@ -165,6 +159,14 @@ std::string DelayedTensor::key() const {
 const Tensor* LayerPlan::find(std::string_view name) const {
   for (const auto& t : tensors)
     if (t.name == name) return &t;
+  return nullptr;
+}
+
+const Step* LayerPlan::producer(int id) const {
+  for (const auto* pass : {&forward, &backward, &update})
+    for (const auto& s : *pass)
+      for (int o : s.outputs())
+        if (o == id) return &s;
   return nullptr;
 }
 

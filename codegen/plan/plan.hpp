@@ -317,6 +317,8 @@ struct LayerPlan {
 
   const Tensor& tensor(int id) const { return tensors.at(static_cast<std::size_t>(id)); }
   const Tensor* find(std::string_view name) const;  // by full name (tests, capture)
+  // The step that writes tensor `id` (in any pass), or nullptr.
+  const Step* producer(int id) const;
   // The delayed entry whose scale (or next scale) is tensor `id`; -1 if none.
   int delayed_index_of_scale(int id) const;
 };

@@ -3,18 +3,12 @@
 // segments; steps with their named operands; the layer's inputs and outputs,
 // its delayed-scaling state; bytes communicated and buffer bytes per rank.
 #include "codegen/plan/plan_print.hpp"
+#include "codegen/plan/overloaded.hpp"
 
 #include <sstream>
 
 namespace fp8c {
 namespace {
-
-template <class... F>
-struct Overloaded : F... {
-  using F::operator()...;
-};
-template <class... F>
-Overloaded(F...) -> Overloaded<F...>;
 
 // A step's operands by name, in a fixed order, and its flags.
 struct StepView {

@@ -26,7 +26,7 @@ struct PlanOptions {
   // whole number of blocks, blocks restart at each shard boundary here too
   // (Tensor::block_segments). The oracle's one-rank run, so N ranks and one
   // rank quantize alike.
-  std::map<std::string, std::uint32_t> block_grid;
+  std::map<std::string, std::uint32_t> block_grid = {};
 };
 
 // A spec that cannot be planned for the options (sizes that do not divide,

@@ -13,6 +13,8 @@
 #include "runtime/cpu/quantize.hpp"
 #include "runtime/cpu/tensor_store.hpp"
 
+#include "codegen/plan/overloaded.hpp"
+
 namespace fp8c::cpu {
 namespace {
 
@@ -33,13 +35,6 @@ coll::DType coll_dtype(ElemType t) {
       throw ExecutorError("cpu executor: high-precision reduction of an FP8 tensor");
   }
 }
-
-template <class... F>
-struct Overloaded : F... {
-  using F::operator()...;
-};
-template <class... F>
-Overloaded(F...) -> Overloaded<F...>;
 
 // This rank's block of a global row-major [g0][g1] matrix under `dims`.
 std::vector<float> shard(const std::vector<float>& global, std::uint64_t g1,

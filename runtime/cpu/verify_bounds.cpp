@@ -10,14 +10,6 @@
 namespace fp8c::cpu {
 namespace {
 
-const Step* producer(const LayerPlan& plan, int id) {
-  for (const auto* pass : {&plan.forward, &plan.backward, &plan.update})
-    for (const auto& s : *pass)
-      for (int o : s.outputs())
-        if (o == id) return &s;
-  return nullptr;
-}
-
 std::string at_index(std::size_t i, std::size_t n) {
   return "element " + std::to_string(i) + " of " + std::to_string(n);
 }
@@ -27,6 +19,15 @@ std::string number(double v) {
   o.precision(6);
   o << v;
   return o.str();
+}
+
+// A comparison of tensors that do not even have the same size fails, saying so.
+bool sizes_differ(CheckResult& c, std::size_t got, std::size_t want) {
+  if (got == want) return false;
+  c.max_abs = c.rel = INFINITY;
+  c.pass = false;
+  c.why = "sizes differ: " + std::to_string(got) + " vs " + std::to_string(want) + " elements";
+  return true;
 }
 
 bool same_bits(float a, float b) {
@@ -77,15 +78,15 @@ OutputOrigin trace_output(const LayerPlan& plan, int tensor) {
   OutputOrigin o;
   int t = tensor;
   // Up through an epilogue step, then a sum over the group, to what made it.
-  const Step* s = producer(plan, t);
+  const Step* s = plan.producer(t);
   const EpilogueStep* step = s ? s->as<EpilogueStep>() : nullptr;
   if (step) {
     t = step->in;
-    s = producer(plan, t);
+    s = plan.producer(t);
   }
   if (s && (s->kind() == StepKind::reduce_scatter || s->kind() == StepKind::all_reduce)) {
     o.summed_partial = s->inputs().at(0);
-    s = producer(plan, o.summed_partial);
+    s = plan.producer(o.summed_partial);
     if (step) {
       o.epilogue = &step->epilogue;
       o.after_sum = true;
@@ -173,12 +174,7 @@ CheckResult compare_bitwise(const std::string& layer, const std::string& check,
   c.layer = layer;
   c.check = check;
   c.bitwise = true;
-  if (got.size() != want.size()) {
-    c.max_abs = c.rel = INFINITY;
-    c.why = "sizes differ: " + std::to_string(got.size()) + " vs " + std::to_string(want.size()) +
-            " elements";
-    return c;
-  }
+  if (sizes_differ(c, got.size(), want.size())) return c;
   double diff = 0, norm = 0;
   std::size_t differing = 0, first = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
@@ -206,12 +202,8 @@ CheckResult compare_within(const std::string& layer, const std::string& check,
   c.layer = layer;
   c.check = check;
   c.elementwise = true;
-  if (got.size() != want.size() || bound.size() != want.size()) {
-    c.max_abs = c.rel = INFINITY;
-    c.why = "sizes differ: " + std::to_string(got.size()) + " vs " + std::to_string(want.size()) +
-            " elements";
+  if (sizes_differ(c, got.size(), want.size()) || sizes_differ(c, bound.size(), want.size()))
     return c;
-  }
   double diff = 0, norm = 0, bnorm = 0, worst = 0;
   std::size_t over = 0, first = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
@@ -249,12 +241,7 @@ CheckResult compare_relative(const std::string& layer, const std::string& check,
   c.layer = layer;
   c.check = check;
   c.tolerance = tolerance;
-  if (got.size() != want.size()) {
-    c.max_abs = c.rel = INFINITY;
-    c.why = "sizes differ: " + std::to_string(got.size()) + " vs " + std::to_string(want.size()) +
-            " elements";
-    return c;
-  }
+  if (sizes_differ(c, got.size(), want.size())) return c;
   double diff = 0, norm = 0;
   std::size_t nans = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {

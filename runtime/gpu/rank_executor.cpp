@@ -7,15 +7,10 @@
 #include <optional>
 #include <stdexcept>
 
+#include "codegen/plan/overloaded.hpp"
+
 namespace fp8c::runtime {
 namespace {
-
-template <class... F>
-struct Overloaded : F... {
-  using F::operator()...;
-};
-template <class... F>
-Overloaded(F...) -> Overloaded<F...>;
 
 DType collective_dtype(ElemType t) {
   switch (t) {

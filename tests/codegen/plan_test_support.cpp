@@ -78,11 +78,7 @@ const GemmStep& gemm_of(const LayerPlan& l, GemmRole role) {
 }
 
 const Step* producer_of(const LayerPlan& l, int id) {
-  for (const auto* pass : {&l.forward, &l.backward, &l.update})
-    for (const auto& s : *pass)
-      for (int o : s.outputs())
-        if (o == id) return &s;
-  return nullptr;
+  return l.producer(id);
 }
 
 std::vector<std::string> delayed_keys(const LayerPlan& l) {

@@ -117,7 +117,9 @@ void check_epilogue_steps(const EpilogueCase& c) {
       const EpilogueResult want =
           reference_epilogue(k, bytes(in).data(), bias, pre, scale, rows, cols);
       EXPECT_EQ(first_difference(bytes(out), want.out), -1) << lp.tensor(out).name;
-      if (pre_out != kNoTensor) EXPECT_EQ(first_difference(bytes(pre_out), want.pre_out), -1);
+      if (pre_out != kNoTensor) {
+        EXPECT_EQ(first_difference(bytes(pre_out), want.pre_out), -1);
+      }
       if (amax != kNoTensor) {
         std::uint32_t bits;
         std::memcpy(&bits, bytes(amax).data(), 4);
