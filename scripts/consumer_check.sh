@@ -21,7 +21,7 @@ cmake --install build --prefix "$prefix" >"$work/install.log" || { cat "$work/in
 libdir=$(dirname "$(find "$prefix" -name 'libfp8c_gloo.so' | head -n 1)")
 [ -f "$prefix/bin/fp8c" ] || fail "no bin/fp8c installed"
 [ -f "$prefix/include/fp8c/dsl.hpp" ] || fail "no include/fp8c/dsl.hpp installed"
-[ -f "$prefix/include/fp8c-internal/codegen/planner.hpp" ] || fail "no internal headers installed"
+[ -f "$prefix/include/fp8c-internal/codegen/plan/planner.hpp" ] || fail "no internal headers installed"
 [ -f "$libdir/cmake/fp8c/fp8cConfig.cmake" ] || fail "no fp8cConfig.cmake installed"
 for binary in "$prefix/bin/fp8c" "$libdir/libfp8c.so"; do
   if readelf -d "$binary" | grep NEEDED | grep -q gloo; then
