@@ -21,9 +21,9 @@ void print_layer(const fp8c::LayerPlan& layer) {
   std::uint64_t bytes = 0;
   for (const auto* pass : {&layer.forward, &layer.backward, &layer.update}) {
     for (const fp8c::Step& step : *pass) {
-      if (!fp8c::is_collective(step.kind)) continue;
+      if (!step.is_collective()) continue;
       ++collectives;
-      bytes += step.bytes_per_rank;
+      bytes += step.bytes_per_rank();
     }
   }
   std::cout << layer.layer << ": " << layer.ranks << " ranks, " << layer.tensors.size()
