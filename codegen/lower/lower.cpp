@@ -18,8 +18,7 @@ std::uint64_t round_up(std::uint64_t v, std::uint64_t to) {
 
 class Lowering {
  public:
-  Lowering(const Layer& layer, const LayerPlan& plan, const LowerTarget& target)
-      : layer_(layer), plan_(plan), target_(target) {
+  Lowering(const Layer& layer, const LayerPlan& plan) : layer_(layer), plan_(plan) {
     out_.layer = plan.layer;
     out_.ranks = plan.ranks;
   }
@@ -271,7 +270,6 @@ class Lowering {
 
   const Layer& layer_;
   const LayerPlan& plan_;
-  [[maybe_unused]] const LowerTarget& target_;
   LoweredLayer out_;
 };
 
@@ -281,8 +279,8 @@ const std::vector<LoweredStep>& LoweredLayer::pass(std::string_view name) const 
   return name == "forward" ? forward : name == "backward" ? backward : update;
 }
 
-LoweredLayer lower_layer(const Layer& layer, const LayerPlan& plan, const LowerTarget& target) {
-  return Lowering(layer, plan, target).run();
+LoweredLayer lower_layer(const Layer& layer, const LayerPlan& plan) {
+  return Lowering(layer, plan).run();
 }
 
 const LoweredLayer* LoweredPlan::find(std::string_view layer) const {
@@ -297,12 +295,12 @@ std::vector<GeneratedKernel> LoweredPlan::kernel_list() const {
   return v;
 }
 
-LoweredPlan lower_plan(const Spec& spec, const Plan& plan, const LowerTarget& target) {
+LoweredPlan lower_plan(const Spec& spec, const Plan& plan) {
   LoweredPlan out;
   for (const LayerPlan& lp : plan.layers) {
     const Layer* layer = spec.find_layer(lp.layer);
     if (!layer) continue;
-    LoweredLayer l = lower_layer(*layer, lp, target);
+    LoweredLayer l = lower_layer(*layer, lp);
     const auto use = [&](const char* pass, const std::vector<Step>& steps,
                          const std::vector<LoweredStep>& lowered) {
       for (std::size_t i = 0; i < lowered.size(); ++i)

@@ -109,16 +109,12 @@ struct LoweredPlan {
   std::vector<GeneratedKernel> kernel_list() const;
 };
 
-// The target the lowering chooses for: the GPU and its GEMM backend
-// (cuBLASLt on sm_90: per-tensor FP8, bias and GELU epilogues, FP8 output
-// with amax; block-scaled operands dequantized until the quantizer's scales
-// feed its block-scaled GEMM).
-struct LowerTarget {
-  Target arch;
-};
-
-LoweredLayer lower_layer(const Layer& layer, const LayerPlan& plan, const LowerTarget& target = {});
-LoweredPlan lower_plan(const Spec& spec, const Plan& plan, const LowerTarget& target = {});
+// The GEMM backend the lowering targets is cuBLASLt on sm_90: per-tensor
+// FP8, bias and GELU epilogues, FP8 output with amax; block-scaled operands
+// dequantized until the quantizer's scales feed its block-scaled GEMM. (A
+// second backend, fp8c's generated GEMMs, becomes a choice here.)
+LoweredLayer lower_layer(const Layer& layer, const LayerPlan& plan);
+LoweredPlan lower_plan(const Spec& spec, const Plan& plan);
 
 // `fp8c plan --lowered`.
 std::string print_lowered(const Plan& plan, const LoweredPlan& lowered);
