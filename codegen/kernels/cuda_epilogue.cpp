@@ -24,10 +24,6 @@
 namespace fp8c {
 namespace {
 
-bool is_high_precision(ElemType t) {
-  return t == ElemType::bf16 || t == ElemType::fp16 || t == ElemType::fp32;
-}
-
 void validate(const EpilogueKernel& k) {
   const auto fail = [&](const std::string& why) {
     throw std::invalid_argument("epilogue kernel " + k.name() + ": " + why);

@@ -14,10 +14,6 @@ struct Overloaded : F... {
 template <class... F>
 Overloaded(F...) -> Overloaded<F...>;
 
-bool high_precision(ElemType t) {
-  return t == ElemType::bf16 || t == ElemType::fp16 || t == ElemType::fp32;
-}
-
 std::uint64_t round_up(std::uint64_t v, std::uint64_t to) {
   return (v + to - 1) / to * to;
 }
@@ -252,7 +248,7 @@ class Lowering {
     if (layer_.recipe.nan != NanPolicy::error) return;
     for (const auto* pass : {&plan_.forward, &plan_.backward})
       for (const Step& s : *pass)
-        if (const auto* q = s.as<QuantizeStep>(); q && high_precision(t(q->src).type)) {
+        if (const auto* q = s.as<QuantizeStep>(); q && is_high_precision(t(q->src).type)) {
           const bool delayed_amax = [&] {
             for (const auto& d : plan_.delayed)
               if (d.scale == q->scale && d.amax != kNoTensor) return true;

@@ -47,12 +47,18 @@ double unit_roundoff(ElemType type) {
       return 0x1p-3;
     case ElemType::e8m0:
       return 0.5;
+    case ElemType::fp64:
+      return 0x1p-53;
+    case ElemType::i32:
+    case ElemType::u8:
+      break;
   }
-  return 0.0;
+  throw std::invalid_argument("unit_roundoff: " + std::string(to_string(type)) +
+                              " is not a floating-point type");
 }
 
 double fp8_subnormal_half_step(ElemType type) {
-  return type == ElemType::e5m2 ? 0x1p-17 : 0x1p-10;
+  return require_fp8(type, "fp8_subnormal_half_step") == ElemType::e5m2 ? 0x1p-17 : 0x1p-10;
 }
 
 double activation_lipschitz(Activation a) {

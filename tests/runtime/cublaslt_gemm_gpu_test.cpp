@@ -26,7 +26,6 @@ namespace {
 using testing::decode;
 using testing::GemmReference;
 using testing::HostMatrix;
-using testing::is_fp8;
 
 constexpr unsigned char kPoison = 0xFF;
 

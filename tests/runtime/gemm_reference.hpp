@@ -40,10 +40,6 @@ namespace fp8c::testing {
 inline constexpr double kAccumulationEps = 1.0 / 4096;  // 2^-12
 inline constexpr double kGeluSlope = 1.13;
 
-inline bool is_fp8(ElemType t) {
-  return t == ElemType::e4m3 || t == ElemType::e5m2;
-}
-
 inline numerics::Fp8Format fp8_format(ElemType t) {
   return t == ElemType::e4m3 ? numerics::Fp8Format::e4m3 : numerics::Fp8Format::e5m2;
 }
