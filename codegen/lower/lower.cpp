@@ -102,7 +102,7 @@ class Lowering {
       }
       BlockQuantizeKernel b;
       b.input = staged ? ElemType::fp32 : src.type;
-      b.format = fp8_format_of(fp8.type);
+      b.format = fp8.type;
       b.scaling = fp8.scaling;
       b.rowwise = q.rowwise != kNoTensor;
       b.columnwise = q.columnwise != kNoTensor;
@@ -113,7 +113,7 @@ class Lowering {
     QuantizeKernel k;
     k.input = src.type;
     k.dact = q.dact;
-    k.format = fp8_format_of(fp8.type);
+    k.format = fp8.type;
     k.rowwise = q.rowwise != kNoTensor;
     k.columnwise = q.columnwise != kNoTensor;
     k.amax = q.amax != kNoTensor;
@@ -137,9 +137,9 @@ class Lowering {
   // operand (2^-8 relative in bf16), which the GPU-vs-CPU bounds cover.
   DequantizeKernel operand_dequantize(const Tensor& op) const {
     DequantizeKernel k;
-    k.format = fp8_format_of(op.type);
+    k.format = op.type;
     k.scaling = op.scaling;
-    k.output = elem_type(layer_.dtype);
+    k.output = layer_.dtype;
     k.transpose = op.usage == Usage::columnwise;
     return k;
   }
@@ -158,7 +158,7 @@ class Lowering {
       c.operands = GemmCall::Operands::dequantized;
       launch(l, LaunchRole::dequantize_a, {operand_dequantize(a)});
       launch(l, LaunchRole::dequantize_b, {operand_dequantize(b)});
-      const std::uint64_t bytes = element_bytes(elem_type(layer_.dtype));
+      const std::uint64_t bytes = element_bytes(layer_.dtype);
       out_.staging.dequantized = std::max(
           out_.staging.dequantized,
           round_up(a.elements() * bytes, 256) + round_up(b.elements() * bytes, 256));
@@ -234,7 +234,7 @@ class Lowering {
   void scale_update(LoweredStep& l, const ScaleUpdateStep& u) {
     ScaleUpdateKernel k;
     for (const auto& e : u.entries)
-      k.formats.push_back(fp8_format_of(plan_.delayed[static_cast<std::size_t>(e.state)].format));
+      k.formats.push_back(plan_.delayed[static_cast<std::size_t>(e.state)].format);
     k.history_length = layer_.recipe.history;
     k.margin = static_cast<int>(layer_.recipe.margin);
     k.rule = layer_.recipe.amax;

@@ -19,26 +19,6 @@ void push(std::vector<int>& v, int id) {
 
 }  // namespace
 
-ElemType elem_type(DType d) {
-  switch (d) {
-    case DType::bf16:
-      return ElemType::bf16;
-    case DType::fp16:
-      return ElemType::fp16;
-    case DType::fp32:
-      return ElemType::fp32;
-  }
-  return ElemType::bf16;
-}
-
-ElemType elem_type(Fp8Format f) {
-  return f == Fp8Format::e4m3 ? ElemType::e4m3 : ElemType::e5m2;
-}
-
-Fp8Format fp8_format_of(ElemType t) {
-  return t == ElemType::e5m2 ? Fp8Format::e5m2 : Fp8Format::e4m3;
-}
-
 bool is_gradient(Quantity q) {
   return q == Quantity::dy || q == Quantity::dz || q == Quantity::dx || q == Quantity::dw ||
          q == Quantity::db;

@@ -335,10 +335,6 @@ std::string_view to_string(GemmRole);
 std::string_view to_string(Quantity);
 std::string_view to_string(Form);
 bool is_collective(StepKind);
-ElemType elem_type(DType);
-ElemType elem_type(Fp8Format);
-// The spec's FP8 format of an FP8 element type (e4m3 for anything else).
-Fp8Format fp8_format_of(ElemType);
 bool is_gradient(Quantity);  // dy, dz, dx, dw, db: quantized in the backward format
 
 // Bytes a ring collective receives per rank for a tensor of `total` bytes.

@@ -447,7 +447,7 @@ void fill_external_tensors(const Layer& layer, TensorStore& store, const LayerSt
   // delayed scale): stand in for the producer by quantizing X here.
   if (io.x_fp8 != kNoTensor && !d.x.empty()) {
     std::vector<float> x = shard(d.x, layer.in, plan.tensor(io.x_fp8).dims, rank);
-    for (auto& v : x) v = round_to(elem_type(layer.dtype), v);
+    for (auto& v : x) v = round_to(layer.dtype, v);
     quantize_to(store, io.x_fp8, x, store.scalar(plan.tensor(io.x_fp8).scale), false);
     if (io.x_amax != kNoTensor) store.set_scalar(io.x_amax, numerics::amax(x));
   }
@@ -488,7 +488,7 @@ RankStepResult collect_step_result(const Layer&, const TensorStore& store,
 LayerData random_layer_data(const Layer& layer, std::uint64_t tokens, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  const ElemType t = elem_type(layer.dtype);
+  const ElemType t = layer.dtype;
   auto fill = [&](std::size_t n) {
     std::vector<float> v(n);
     for (auto& x : v) x = round_to(t, u(rng));

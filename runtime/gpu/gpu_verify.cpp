@@ -96,7 +96,7 @@ std::vector<double> gemm_difference(const Layer& layer, const LayerPlan& plan, c
   // Block-scaled operands the GPU dequantized to the layer dtype first: one
   // more rounding of each operand (codegen/lower).
   const bool dequantized = a.block_scaled() || plan.tensor(g.b).block_scaled();
-  const double ud = cpu::unit_roundoff(elem_type(layer.dtype));
+  const double ud = cpu::unit_roundoff(layer.dtype);
   std::vector<double> e(sg.size());
   for (std::size_t i = 0; i < e.size(); ++i)
     e[i] = da[i] + db[i] + cpu::gamma_fp32(k) * (sg[i] + sc[i]) +
@@ -190,7 +190,7 @@ void compare_rank(cpu::VerifyReport& report, const Layer& layer, const LayerPlan
   if (plan.io.y_scale != kNoTensor)
     if (const auto& s = logical(cpu, plan.tensor(plan.io.y_scale).name); !s.empty() && s[0] != 0)
       scale_inv = 1.0 / std::fabs(double(s[0]));
-  const double ud = cpu::unit_roundoff(elem_type(layer.dtype));
+  const double ud = cpu::unit_roundoff(layer.dtype);
   for (const Field& f : fields_of(layer, plan)) {
     const int id = plan.io.*f.io;
     const cpu::OutputOrigin o = cpu::trace_output(plan, id);
