@@ -16,13 +16,10 @@
 
 #include "codegen/kernels/cuda_prelude.hpp"
 #include "codegen/kernels/scale_update.hpp"
+#include "codegen/numerics/fp8.hpp"
 
 namespace fp8c {
 namespace {
-
-float fp8_max(ElemType f) {
-  return f == ElemType::e4m3 ? 448.0f : 57344.0f;
-}
 
 std::string hex_bits(float x) {
   char buffer[16];
@@ -60,7 +57,7 @@ KernelSource emit_cuda(const ScaleUpdateKernel& k) {
   s += "// fp8_max * 2^-margin per tensor, as float bits\n";
   s += "__device__ const u32 kScaledMaxBits[" + std::to_string(k.formats.size()) + "] = {";
   for (std::size_t i = 0; i < k.formats.size(); ++i)
-    s += (i ? ", " : "") + hex_bits(std::ldexp(fp8_max(k.formats[i]), -k.margin));
+    s += (i ? ", " : "") + hex_bits(std::ldexp(numerics::fp8_max(k.formats[i]), -k.margin));
   s += "};\n";
   s += R"(
 // IEEE round-to-nearest division without flushing subnormals, immune to

@@ -205,7 +205,7 @@ class RankExecutor {
       throw ExecutorError("cpu executor: layer '" + layer_.name + "': NaN in " +
                           plan_.tensor(q.src).name + " (recipe nan = error)");
     const int first = q.rowwise != kNoTensor ? q.rowwise : q.columnwise;
-    const auto fmt = fp8_format(plan_.tensor(first).type);
+    const ElemType fmt = plan_.tensor(first).type;
     // The per-tensor scale: delayed reads it, current derives it from the
     // (group-reduced) amax.
     float scale = 1.0f;
@@ -345,7 +345,7 @@ class RankExecutor {
         d.history.assign(std::max<std::uint32_t>(1, layer_.recipe.history), 0.0f);
       std::rotate(d.history.rbegin(), d.history.rbegin() + 1, d.history.rend());
       d.history[0] = store_.scalar(entry.amax);
-      d.scale = numerics::delayed_scaling_update(d.history, rule, fp8_format(dt.format),
+      d.scale = numerics::delayed_scaling_update(d.history, rule, dt.format,
                                                  static_cast<int>(layer_.recipe.margin), d.scale);
       store_.set_scalar(entry.next_scale, d.scale);
     }

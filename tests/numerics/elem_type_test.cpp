@@ -2,14 +2,19 @@
 // and the checks that name a value outside them.
 #include "fp8c/elem_type.hpp"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 
+#include "codegen/numerics/scale.hpp"
+
 namespace fp8c {
 namespace {
+
+using ::testing::HasSubstr;
 
 struct Expected {
   ElemType type;
@@ -60,6 +65,17 @@ TEST(ElemType, SubsetChecksNameTheValue) {
   }
   EXPECT_THROW(require_fp8(ElemType::e8m0, "x"), std::invalid_argument);
   EXPECT_THROW(require_high_precision(ElemType::fp64, "x"), std::invalid_argument);
+}
+
+TEST(ElemType, ScaleMathTakesOnlyFp8Formats) {
+  EXPECT_EQ(numerics::scale_from_amax(1.0f, ElemType::e4m3, 1.0f), 448.0f);
+  try {
+    numerics::scale_from_amax(1.0f, ElemType::fp32, 1.0f);
+    ADD_FAILURE() << "fp32 accepted as an FP8 format";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("fp32 is not an FP8 format"));
+  }
+  EXPECT_THROW(numerics::blockwise_scale(1.0f, ElemType::bf16, false), std::invalid_argument);
 }
 
 }  // namespace
