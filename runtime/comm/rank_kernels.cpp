@@ -8,32 +8,32 @@
 namespace fp8c::runtime {
 namespace {
 
-using collectives::DType;
 using collectives::ReduceOp;
 
 constexpr ReduceElement kElements[] = {ReduceElement::f32, ReduceElement::bf16, ReduceElement::f16,
                                        ReduceElement::f64, ReduceElement::i32,  ReduceElement::u8};
 constexpr RankReduceOp kOps[] = {RankReduceOp::sum, RankReduceOp::max};
 
-ReduceElement reduce_element(DType dtype) {
+ReduceElement reduce_element(ElemType dtype) {
   switch (dtype) {
-    case DType::kFloat32:
+    case ElemType::fp32:
       return ReduceElement::f32;
-    case DType::kBFloat16:
+    case ElemType::bf16:
       return ReduceElement::bf16;
-    case DType::kFloat16:
+    case ElemType::fp16:
       return ReduceElement::f16;
-    case DType::kFloat64:
+    case ElemType::fp64:
       return ReduceElement::f64;
-    case DType::kInt32:
+    case ElemType::i32:
       return ReduceElement::i32;
-    case DType::kUInt8:
+    case ElemType::u8:
       return ReduceElement::u8;
-    case DType::kFloat8E4M3:
-    case DType::kFloat8E5M2:
+    case ElemType::e4m3:
+    case ElemType::e5m2:
+    case ElemType::e8m0:
       break;
   }
-  throw std::invalid_argument("rank reduction: " + std::string(collectives::dtype_name(dtype)) +
+  throw std::invalid_argument("rank reduction: " + std::string(to_string(dtype)) +
                               " is never reduced");
 }
 
@@ -55,7 +55,7 @@ void require_count(int value, const char* what) {
 
 }  // namespace
 
-RankReduceKernel rank_reduce_kernel(DType dtype, ReduceOp op) {
+RankReduceKernel rank_reduce_kernel(ElemType dtype, ReduceOp op) {
   return {reduce_element(dtype), op == ReduceOp::kMax ? RankReduceOp::max : RankReduceOp::sum};
 }
 
@@ -83,7 +83,7 @@ RankKernels::RankKernels(const Jit& jit) {
   copy_.push_back(load(std::move(compiled.back())));
 }
 
-void RankKernels::reduce(DType dtype, ReduceOp op, const RankPointerTable& inputs, int ranks,
+void RankKernels::reduce(ElemType dtype, ReduceOp op, const RankPointerTable& inputs, int ranks,
                          std::uint64_t input_stride, const RankPointerTable& outputs,
                          int output_count, std::uint64_t count, CUstream stream) const {
   require_count(ranks, "input count");

@@ -21,17 +21,11 @@ namespace coll = fp8c::collectives;
 const std::vector<Replacement> kNoReplacements;
 const ChainReplacements kNoChainReplacements;
 
-coll::DType coll_dtype(ElemType t) {
-  switch (t) {
-    case ElemType::bf16:
-      return coll::DType::kBFloat16;
-    case ElemType::fp16:
-      return coll::DType::kFloat16;
-    case ElemType::fp32:
-      return coll::DType::kFloat32;
-    default:
-      throw ExecutorError("cpu executor: high-precision reduction of an FP8 tensor");
-  }
+// The type of a tensor summed over ranks: high precision only.
+ElemType summed_type(ElemType t) {
+  if (!is_high_precision(t))
+    throw ExecutorError("cpu executor: high-precision reduction of an FP8 tensor");
+  return t;
 }
 
 template <class... F>
@@ -320,7 +314,7 @@ class RankExecutor {
       throw ExecutorError("cpu executor: all_gather of " + plan_.tensor(in).name +
                           " into a buffer of the wrong size");
     // Raw bytes: rank i's block lands at i * send bytes (outermost dim).
-    comm_.all_gather(send.data(), recv.data(), send.size(), coll::DType::kUInt8);
+    comm_.all_gather(send.data(), recv.data(), send.size(), ElemType::u8);
     store_.mark_written(out);
   }
 
@@ -354,7 +348,7 @@ class RankExecutor {
   void sum(int in, int out, bool scatter) {
     const Tensor& i = plan_.tensor(in);
     const Tensor& o = plan_.tensor(out);
-    const auto dt = coll_dtype(i.type);
+    const auto dt = summed_type(i.type);
     if (scatter)
       comm_.reduce_scatter(store_.bytes(in).data(), store_.bytes(out).data(), o.elements(), dt,
                            coll::ReduceOp::kSum);
@@ -372,7 +366,7 @@ class RankExecutor {
                    },
                    [&](const AmaxAllReduceStep& s) {
                      float v = store_.scalar(s.in), r = 0.0f;
-                     comm_.all_reduce(&v, &r, 1, coll::DType::kFloat32, coll::ReduceOp::kMax);
+                     comm_.all_reduce(&v, &r, 1, ElemType::fp32, coll::ReduceOp::kMax);
                      store_.set_scalar(s.out, r);
                    },
                    [&](const QuantizeStep& s) { quantize(s, e); },

@@ -447,7 +447,7 @@ cpu::VerifyReport verify_rank_on_gpu(const Spec& spec, const cpu::VerifyOptions&
           if (local.empty()) return all;
           DeviceBuffer send(local.size() * 4), recv(all.size() * 4);
           send.upload(local.data(), local.size() * 4);
-          comm.all_gather(send.get(), recv.get(), local.size(), DType::kFloat32, stream.get());
+          comm.all_gather(send.get(), recv.get(), local.size(), ElemType::fp32, stream.get());
           comm.synchronize(stream.get());
           recv.download(all.data(), all.size() * 4);
           return all;

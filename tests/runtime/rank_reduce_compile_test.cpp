@@ -64,11 +64,11 @@ TEST(RankReduceKernels, ReductionsUseExplicitlyRoundedAddsOnly) {
 }
 
 TEST(RankReduceKernels, Fp8IsNeverReduced) {
-  EXPECT_THROW(rank_reduce_kernel(collectives::DType::kFloat8E4M3, collectives::ReduceOp::kSum),
+  EXPECT_THROW(rank_reduce_kernel(ElemType::e4m3, collectives::ReduceOp::kSum),
                std::invalid_argument);
-  EXPECT_THROW(rank_reduce_kernel(collectives::DType::kFloat8E5M2, collectives::ReduceOp::kMax),
+  EXPECT_THROW(rank_reduce_kernel(ElemType::e5m2, collectives::ReduceOp::kMax),
                std::invalid_argument);
-  EXPECT_EQ(rank_reduce_kernel(collectives::DType::kBFloat16, collectives::ReduceOp::kMax).name(),
+  EXPECT_EQ(rank_reduce_kernel(ElemType::bf16, collectives::ReduceOp::kMax).name(),
             "rank_reduce_max_bf16");
 }
 
