@@ -10,32 +10,10 @@ namespace {
 
 using collectives::ReduceOp;
 
-constexpr ReduceElement kElements[] = {ReduceElement::f32, ReduceElement::bf16, ReduceElement::f16,
-                                       ReduceElement::f64, ReduceElement::i32,  ReduceElement::u8};
+// Every reducible element type, in the order all_rank_reduce_kernels() lists them.
+constexpr ElemType kElements[] = {ElemType::fp32, ElemType::bf16, ElemType::fp16,
+                                  ElemType::fp64, ElemType::i32,  ElemType::u8};
 constexpr RankReduceOp kOps[] = {RankReduceOp::sum, RankReduceOp::max};
-
-ReduceElement reduce_element(ElemType dtype) {
-  switch (dtype) {
-    case ElemType::fp32:
-      return ReduceElement::f32;
-    case ElemType::bf16:
-      return ReduceElement::bf16;
-    case ElemType::fp16:
-      return ReduceElement::f16;
-    case ElemType::fp64:
-      return ReduceElement::f64;
-    case ElemType::i32:
-      return ReduceElement::i32;
-    case ElemType::u8:
-      return ReduceElement::u8;
-    case ElemType::e4m3:
-    case ElemType::e5m2:
-    case ElemType::e8m0:
-      break;
-  }
-  throw std::invalid_argument("rank reduction: " + std::string(to_string(dtype)) +
-                              " is never reduced");
-}
 
 // Enough blocks to fill an H200 several times over; the kernels grid-stride
 // past that.
@@ -56,12 +34,15 @@ void require_count(int value, const char* what) {
 }  // namespace
 
 RankReduceKernel rank_reduce_kernel(ElemType dtype, ReduceOp op) {
-  return {reduce_element(dtype), op == ReduceOp::kMax ? RankReduceOp::max : RankReduceOp::sum};
+  if (!collectives::is_reducible(dtype))
+    throw std::invalid_argument("rank reduction: " + std::string(to_string(dtype)) +
+                                " is never reduced");
+  return {dtype, op == ReduceOp::kMax ? RankReduceOp::max : RankReduceOp::sum};
 }
 
 std::vector<RankReduceKernel> all_rank_reduce_kernels() {
   std::vector<RankReduceKernel> all;
-  for (const ReduceElement element : kElements)
+  for (const ElemType element : kElements)
     for (const RankReduceOp op : kOps) all.push_back({element, op});
   return all;
 }
