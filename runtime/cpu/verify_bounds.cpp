@@ -143,7 +143,7 @@ std::vector<double> store_bound(const OutputOrigin& o, ElemType stored,
   const double u32 = unit_roundoff(ElemType::fp32);
   const std::size_t n = d.before_store.size();
   std::vector<double> bound(n);
-  const bool fp8 = stored == ElemType::e4m3 || stored == ElemType::e5m2;
+  const bool fp8 = is_fp8(stored);
   // One rounding per side at the store: to the stored type, or for an FP8
   // output to its format (plus the absolute subnormal step, scaled back).
   const double us = unit_roundoff(stored);
