@@ -6,18 +6,14 @@
 #include "runtime/cuda_driver.hpp"
 
 namespace fp8c {
-namespace {
-
-std::size_t element_size(DType d) {
-  return d == DType::fp32 ? 4 : 2;
-}
-
-}  // namespace
 
 DeviceTensor::DeviceTensor(DType dtype, std::int64_t rows, std::int64_t cols) {
   if (rows < 0 || cols < 0) throw SessionError("DeviceTensor: negative shape");
+  if (!is_high_precision(dtype))
+    throw SessionError("DeviceTensor: " + std::string(to_string(dtype)) +
+                       " is not a high-precision type (bf16, fp16 or fp32)");
   ref_ = {nullptr, dtype, rows, cols};
-  const std::size_t bytes = static_cast<std::size_t>(rows * cols) * element_size(dtype);
+  const std::size_t bytes = static_cast<std::size_t>(rows * cols) * element_bytes(dtype);
   CUdeviceptr p = 0;
   if (bytes) FP8C_CU(runtime::driver().cuMemAlloc(&p, bytes));
   ref_.data = reinterpret_cast<void*>(p);
@@ -42,14 +38,14 @@ void DeviceTensor::upload(const std::vector<float>& values) {
                        std::to_string(n) + " elements");
   if (n == 0) return;
   const auto p = reinterpret_cast<CUdeviceptr>(ref_.data);
-  if (ref_.dtype == DType::fp32) {
+  if (ref_.dtype == ElemType::fp32) {
     FP8C_CU(runtime::driver().cuMemcpyHtoD(p, values.data(), n * 4));
     return;
   }
   std::vector<std::uint16_t> bits(n);
   for (std::size_t i = 0; i < n; ++i)
-    bits[i] = ref_.dtype == DType::bf16 ? numerics::float_to_bf16(values[i])
-                                        : numerics::float_to_fp16(values[i]);
+    bits[i] = ref_.dtype == ElemType::bf16 ? numerics::float_to_bf16(values[i])
+                                           : numerics::float_to_fp16(values[i]);
   FP8C_CU(runtime::driver().cuMemcpyHtoD(p, bits.data(), n * 2));
 }
 
@@ -58,15 +54,15 @@ std::vector<float> DeviceTensor::download() const {
   std::vector<float> values(n);
   if (n == 0) return values;
   const auto p = reinterpret_cast<CUdeviceptr>(ref_.data);
-  if (ref_.dtype == DType::fp32) {
+  if (ref_.dtype == ElemType::fp32) {
     FP8C_CU(runtime::driver().cuMemcpyDtoH(values.data(), p, n * 4));
     return values;
   }
   std::vector<std::uint16_t> bits(n);
   FP8C_CU(runtime::driver().cuMemcpyDtoH(bits.data(), p, n * 2));
   for (std::size_t i = 0; i < n; ++i)
-    values[i] = ref_.dtype == DType::bf16 ? numerics::bf16_to_float(bits[i])
-                                          : numerics::fp16_to_float(bits[i]);
+    values[i] = ref_.dtype == ElemType::bf16 ? numerics::bf16_to_float(bits[i])
+                                             : numerics::fp16_to_float(bits[i]);
   return values;
 }
 

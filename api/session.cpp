@@ -33,12 +33,8 @@ namespace {
 using runtime::DeviceLayerState;
 using runtime::GpuRankExecutor;
 
-ElemType elem(DType d) {
-  return elem_type(d);
-}
-
 std::string describe(const TensorRef& t) {
-  return std::string(to_string(elem(t.dtype))) + " [" + std::to_string(t.rows) + ", " +
+  return std::string(to_string(t.dtype)) + " [" + std::to_string(t.rows) + ", " +
          std::to_string(t.cols) + "]";
 }
 
@@ -60,11 +56,11 @@ TensorRef from_dlpack(const DLTensor& t) {
   }
   if (t.dtype.lanes != 1) throw SessionError("from_dlpack: vector element types are not supported");
   if (t.dtype.code == kDLBfloat && t.dtype.bits == 16)
-    r.dtype = DType::bf16;
+    r.dtype = ElemType::bf16;
   else if (t.dtype.code == kDLFloat && t.dtype.bits == 16)
-    r.dtype = DType::fp16;
+    r.dtype = ElemType::fp16;
   else if (t.dtype.code == kDLFloat && t.dtype.bits == 32)
-    r.dtype = DType::fp32;
+    r.dtype = ElemType::fp32;
   else
     throw SessionError("from_dlpack: element type code " + std::to_string(t.dtype.code) + " with " +
                        std::to_string(t.dtype.bits) + " bits (fp8c takes bf16, fp16, fp32)");
@@ -158,7 +154,10 @@ struct Session::Impl {
     const std::int64_t cols = static_cast<std::int64_t>(p->dims[1].local);
     if (!t.data)
       throw SessionError("fp8c: layer '" + run.layer->name + "': " + what + " is a null pointer");
-    if (elem(t.dtype) != p->type || t.rows * t.cols != rows * cols ||
+    if (!is_high_precision(t.dtype))
+      throw SessionError("fp8c: layer '" + run.layer->name + "': " + what + " is " + describe(t) +
+                         "; tensors are bf16, fp16 or fp32");
+    if (t.dtype != p->type || t.rows * t.cols != rows * cols ||
         (t.cols != cols && !(cols == 1 || rows == 1)))
       throw SessionError("fp8c: layer '" + run.layer->name + "': " + what + " is " + describe(t) +
                          ", the plan needs " + std::string(to_string(p->type)) + " [" +

@@ -216,7 +216,7 @@ int main(int argc, char** argv) {
     delayed_five.min_blocks_per_sm = 5;
     time_case("delayed_cast_transpose_amax_5_blocks_per_sm", {delayed_five}, 4);
     QuantizeKernel with_dbias = delayed;
-    with_dbias.format = Fp8Format::e5m2;
+    with_dbias.format = ElemType::e5m2;
     with_dbias.dbias = true;
     time_case("cast_transpose_dbias", {with_dbias}, 4);
     QuantizeKernel with_dgelu = with_dbias;

@@ -44,7 +44,7 @@ std::string describe(const CollectiveCall& call) {
   text.append(" #").append(std::to_string(call.sequence));
   if (call.kind == CollectiveKind::kBarrier) return text;
   text.append(" (").append(count_label(call.kind)).append("=");
-  text.append(std::to_string(call.count)).append(", dtype=").append(dtype_name(call.dtype));
+  text.append(std::to_string(call.count)).append(", dtype=").append(to_string(call.dtype));
   if (uses_op(call.kind)) text.append(", op=").append(reduce_op_name(call.op));
   if (call.kind == CollectiveKind::kBroadcast) {
     text.append(", root=").append(std::to_string(call.root));

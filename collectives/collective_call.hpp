@@ -27,7 +27,7 @@ std::string_view collective_name(CollectiveKind kind);
 
 struct CollectiveCall {
   CollectiveKind kind = CollectiveKind::kBarrier;
-  DType dtype = DType::kUInt8;
+  ElemType dtype = ElemType::u8;
   ReduceOp op = ReduceOp::kSum;  // meaningful for reduce_scatter and all_reduce only
   // Elements per rank as NCCL counts them: all_gather's send count,
   // reduce_scatter's receive count, all_reduce's and broadcast's count.

@@ -53,7 +53,7 @@ std::chrono::steady_clock::time_point Communicator::deadline_from_now() const {
   return std::chrono::steady_clock::now() + timeout_;
 }
 
-CollectiveCall Communicator::next_call(CollectiveKind kind, std::size_t count, DType dtype,
+CollectiveCall Communicator::next_call(CollectiveKind kind, std::size_t count, ElemType dtype,
                                        ReduceOp op, int root) {
   CollectiveCall call;
   call.kind = kind;
@@ -112,9 +112,9 @@ class ArgumentCheck {
 
   // Returns bytes per rank block; refuses invalid enums and sizes that overflow.
   std::size_t block_bytes() const {
-    if (!is_valid_dtype(static_cast<std::uint8_t>(call_.dtype))) fail("invalid dtype value");
+    if (!is_valid_elem_type(static_cast<std::uint8_t>(call_.dtype))) fail("invalid dtype value");
     if (!is_valid_reduce_op(static_cast<std::uint8_t>(call_.op))) fail("invalid reduction op");
-    const std::size_t element = dtype_size(call_.dtype);
+    const std::size_t element = element_bytes(call_.dtype);
     const std::size_t limit = std::numeric_limits<std::size_t>::max() /
                               (element * static_cast<std::size_t>(comm_.size()));
     if (call_.count > limit) fail("count " + std::to_string(call_.count) + " overflows size_t");
@@ -127,9 +127,9 @@ class ArgumentCheck {
 
   void require_reducible() const {
     if (is_reducible(call_.dtype)) return;
-    fail("reduction on " + std::string(dtype_name(call_.dtype)) +
-         " is refused: FP8 tensors are only gathered or broadcast; reduce in float32 or "
-         "bfloat16 and quantize afterwards");
+    fail("reduction on " + std::string(to_string(call_.dtype)) +
+         " is refused: FP8 tensors are only gathered or broadcast; reduce in fp32 or "
+         "bf16 and quantize afterwards");
   }
 
   // Any overlap of `a` and `b` other than the exact in-place address NCCL
@@ -153,7 +153,8 @@ class ArgumentCheck {
 
 }  // namespace
 
-void Communicator::all_gather(const void* send, void* recv, std::size_t send_count, DType dtype) {
+void Communicator::all_gather(const void* send, void* recv, std::size_t send_count,
+                              ElemType dtype) {
   const CollectiveCall call =
       next_call(CollectiveKind::kAllGather, send_count, dtype, ReduceOp::kSum, 0);
   guarded(call, [&] {
@@ -168,8 +169,8 @@ void Communicator::all_gather(const void* send, void* recv, std::size_t send_cou
   });
 }
 
-void Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType dtype,
-                                  ReduceOp op) {
+void Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count,
+                                  ElemType dtype, ReduceOp op) {
   const CollectiveCall call = next_call(CollectiveKind::kReduceScatter, recv_count, dtype, op, 0);
   guarded(call, [&] {
     const ArgumentCheck check(*this, call);
@@ -184,7 +185,7 @@ void Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv
   });
 }
 
-void Communicator::all_reduce(const void* send, void* recv, std::size_t count, DType dtype,
+void Communicator::all_reduce(const void* send, void* recv, std::size_t count, ElemType dtype,
                               ReduceOp op) {
   const CollectiveCall call = next_call(CollectiveKind::kAllReduce, count, dtype, op, 0);
   guarded(call, [&] {
@@ -199,7 +200,7 @@ void Communicator::all_reduce(const void* send, void* recv, std::size_t count, D
   });
 }
 
-void Communicator::broadcast(const void* send, void* recv, std::size_t count, DType dtype,
+void Communicator::broadcast(const void* send, void* recv, std::size_t count, ElemType dtype,
                              int root) {
   const CollectiveCall call =
       next_call(CollectiveKind::kBroadcast, count, dtype, ReduceOp::kSum, root);
@@ -222,7 +223,7 @@ void Communicator::broadcast(const void* send, void* recv, std::size_t count, DT
 
 void Communicator::barrier() {
   const CollectiveCall call =
-      next_call(CollectiveKind::kBarrier, 0, DType::kUInt8, ReduceOp::kSum, 0);
+      next_call(CollectiveKind::kBarrier, 0, ElemType::u8, ReduceOp::kSum, 0);
   guarded(call, [&] { run_barrier(call); });
 }
 

@@ -47,21 +47,21 @@ class Communicator {
   // ncclAllGather: recv holds size() * send_count elements and rank i's send
   // lands at recv + i * send_count (rank-major concatenation along the
   // outermost dim). In place when send == recv + rank() * send_count.
-  void all_gather(const void* send, void* recv, std::size_t send_count, DType dtype);
+  void all_gather(const void* send, void* recv, std::size_t send_count, ElemType dtype);
 
   // ncclReduceScatter: send holds size() * recv_count elements; rank i
   // receives block i reduced over all ranks. In place when
   // recv == send + rank() * recv_count.
-  void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType dtype,
+  void reduce_scatter(const void* send, void* recv, std::size_t recv_count, ElemType dtype,
                       ReduceOp op);
 
   // ncclAllReduce: every rank receives the reduction of all ranks' send.
   // In place when send == recv.
-  void all_reduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op);
+  void all_reduce(const void* send, void* recv, std::size_t count, ElemType dtype, ReduceOp op);
 
   // ncclBroadcast: root's send is copied into every rank's recv. send is read
   // on the root only and may be null elsewhere. In place when send == recv.
-  void broadcast(const void* send, void* recv, std::size_t count, DType dtype, int root);
+  void broadcast(const void* send, void* recv, std::size_t count, ElemType dtype, int root);
 
   // Returns once every rank has called barrier().
   void barrier();
@@ -100,7 +100,7 @@ class Communicator {
   std::chrono::steady_clock::time_point deadline_from_now() const;
 
  private:
-  CollectiveCall next_call(CollectiveKind kind, std::size_t count, DType dtype, ReduceOp op,
+  CollectiveCall next_call(CollectiveKind kind, std::size_t count, ElemType dtype, ReduceOp op,
                            int root);
   // Runs `body` unless poisoned; poisons on any exception and rethrows it as
   // a CollectiveError.
@@ -115,25 +115,25 @@ class Communicator {
   std::string poison_reason_;
 };
 
-// The DType of a C++ element type, for the types that have one unambiguously
+// The ElemType of a C++ element type, for the types that have one unambiguously
 // (16-bit and 8-bit floats are plain integers on the host).
 template <typename T>
-constexpr DType dtype_of();
+constexpr ElemType dtype_of();
 template <>
-constexpr DType dtype_of<float>() {
-  return DType::kFloat32;
+constexpr ElemType dtype_of<float>() {
+  return ElemType::fp32;
 }
 template <>
-constexpr DType dtype_of<double>() {
-  return DType::kFloat64;
+constexpr ElemType dtype_of<double>() {
+  return ElemType::fp64;
 }
 template <>
-constexpr DType dtype_of<std::int32_t>() {
-  return DType::kInt32;
+constexpr ElemType dtype_of<std::int32_t>() {
+  return ElemType::i32;
 }
 template <>
-constexpr DType dtype_of<std::uint8_t>() {
-  return DType::kUInt8;
+constexpr ElemType dtype_of<std::uint8_t>() {
+  return ElemType::u8;
 }
 
 }  // namespace fp8c::collectives

@@ -79,7 +79,7 @@ CollectiveCall from_wire(const WireCall& wire) {
   call.count = wire.count;
   call.root = wire.root;
   call.kind = static_cast<CollectiveKind>(wire.kind);
-  call.dtype = static_cast<DType>(wire.dtype);
+  call.dtype = static_cast<ElemType>(wire.dtype);
   call.op = static_cast<ReduceOp>(wire.op);
   return call;
 }
@@ -148,7 +148,7 @@ class GlooCommunicator final : public Communicator {
  protected:
   void run_all_gather(const CollectiveCall& call, const void* send, void* recv) override {
     collective(call, [&](std::chrono::steady_clock::time_point deadline) {
-      const std::size_t bytes = call.count * dtype_size(call.dtype);
+      const std::size_t bytes = call.count * element_bytes(call.dtype);
       if (bytes == 0) return;
       auto* out = static_cast<std::uint8_t*>(recv);
       gloo::AllgatherOptions options(context_);
@@ -165,7 +165,7 @@ class GlooCommunicator final : public Communicator {
 
   void run_reduce_scatter(const CollectiveCall& call, const void* send, void* recv) override {
     collective(call, [&](std::chrono::steady_clock::time_point deadline) {
-      const std::size_t block_bytes = call.count * dtype_size(call.dtype);
+      const std::size_t block_bytes = call.count * element_bytes(call.dtype);
       if (block_bytes == 0) return;
       const std::size_t total = block_bytes * static_cast<std::size_t>(size());
       // After the alltoall, row q of `contributions` is rank q's copy of this
@@ -183,7 +183,7 @@ class GlooCommunicator final : public Communicator {
 
   void run_all_reduce(const CollectiveCall& call, const void* send, void* recv) override {
     collective(call, [&](std::chrono::steady_clock::time_point deadline) {
-      const std::size_t bytes = call.count * dtype_size(call.dtype);
+      const std::size_t bytes = call.count * element_bytes(call.dtype);
       if (bytes == 0) return;
       std::vector<std::uint8_t> contributions(bytes * static_cast<std::size_t>(size()));
       gloo::AllgatherOptions options(context_);
@@ -198,7 +198,7 @@ class GlooCommunicator final : public Communicator {
 
   void run_broadcast(const CollectiveCall& call, const void* send, void* recv) override {
     collective(call, [&](std::chrono::steady_clock::time_point deadline) {
-      const std::size_t bytes = call.count * dtype_size(call.dtype);
+      const std::size_t bytes = call.count * element_bytes(call.dtype);
       if (bytes == 0) return;
       gloo::BroadcastOptions options(context_);
       // Non-roots must not name an input; the root names none when in place.

@@ -21,7 +21,7 @@ class InProcessCommunicator final : public Communicator {
 
  protected:
   void run_all_gather(const CollectiveCall& call, const void* send, void* recv) override {
-    const std::size_t bytes = call.count * dtype_size(call.dtype);
+    const std::size_t bytes = call.count * element_bytes(call.dtype);
     run_two_phases(call, send, bytes, [&] {
       for (int peer = 0; peer < size(); ++peer) {
         copy_bytes(static_cast<std::byte*>(recv) + static_cast<std::size_t>(peer) * bytes,
@@ -31,7 +31,7 @@ class InProcessCommunicator final : public Communicator {
   }
 
   void run_reduce_scatter(const CollectiveCall& call, const void* send, void* recv) override {
-    const std::size_t block_bytes = call.count * dtype_size(call.dtype);
+    const std::size_t block_bytes = call.count * element_bytes(call.dtype);
     const std::size_t my_block = static_cast<std::size_t>(rank()) * block_bytes;
     run_two_phases(call, send, block_bytes * static_cast<std::size_t>(size()), [&] {
       std::vector<const void*> inputs;
@@ -41,7 +41,7 @@ class InProcessCommunicator final : public Communicator {
   }
 
   void run_all_reduce(const CollectiveCall& call, const void* send, void* recv) override {
-    run_two_phases(call, send, call.count * dtype_size(call.dtype), [&] {
+    run_two_phases(call, send, call.count * element_bytes(call.dtype), [&] {
       std::vector<const void*> inputs;
       for (int peer = 0; peer < size(); ++peer) inputs.push_back(staged(peer));
       reduce_in_rank_order(inputs, recv, call.count, call.dtype, call.op);
@@ -49,7 +49,7 @@ class InProcessCommunicator final : public Communicator {
   }
 
   void run_broadcast(const CollectiveCall& call, const void* send, void* recv) override {
-    const std::size_t bytes = call.count * dtype_size(call.dtype);
+    const std::size_t bytes = call.count * element_bytes(call.dtype);
     // Only the root stages data; the others stage nothing.
     run_two_phases(call, rank() == call.root ? send : nullptr, rank() == call.root ? bytes : 0,
                    [&] { copy_bytes(recv, staged(call.root), bytes); });

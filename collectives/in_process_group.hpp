@@ -5,7 +5,7 @@
 //   InProcessGroup group(4, std::chrono::seconds(2));
 //   // in thread r:
 //   std::unique_ptr<Communicator> comm = group.communicator(r);
-//   comm->all_reduce(x, x, n, DType::kFloat32, ReduceOp::kMax);
+//   comm->all_reduce(x, x, n, ElemType::fp32, ReduceOp::kMax);
 #pragma once
 
 #include <chrono>

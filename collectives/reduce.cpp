@@ -70,70 +70,72 @@ T identity(T value) {
   return value;
 }
 
-void sum(std::span<const void* const> inputs, void* out, std::size_t count, DType dtype) {
+void sum(std::span<const void* const> inputs, void* out, std::size_t count, ElemType dtype) {
   switch (dtype) {
-    case DType::kFloat32:
+    case ElemType::fp32:
       return sum_in_rank_order<float, float>(inputs, out, count, identity<float>, identity<float>);
-    case DType::kFloat64:
+    case ElemType::fp64:
       return sum_in_rank_order<double, double>(inputs, out, count, identity<double>,
                                                identity<double>);
-    case DType::kBFloat16:
+    case ElemType::bf16:
       return sum_in_rank_order<std::uint16_t, float>(inputs, out, count, bfloat16_to_float,
                                                      float_to_bfloat16_rne);
-    case DType::kFloat16:
+    case ElemType::fp16:
       return sum_in_rank_order<std::uint16_t, float>(inputs, out, count, float16_to_float,
                                                      float_to_float16_rne);
-    case DType::kInt32:
+    case ElemType::i32:
       // Unsigned arithmetic: wraps like the GPU instead of signed-overflow UB.
       return sum_in_rank_order<std::uint32_t, std::uint32_t>(
           inputs, out, count, identity<std::uint32_t>, identity<std::uint32_t>);
-    case DType::kUInt8:
+    case ElemType::u8:
       return sum_in_rank_order<std::uint8_t, std::uint32_t>(
           inputs, out, count, [](std::uint8_t v) { return std::uint32_t{v}; },
           [](std::uint32_t v) { return static_cast<std::uint8_t>(v); });
-    case DType::kFloat8E4M3:
-    case DType::kFloat8E5M2:
+    case ElemType::e4m3:
+    case ElemType::e5m2:
+    case ElemType::e8m0:
       break;
   }
-  throw std::invalid_argument("reduce_in_rank_order: cannot sum " + std::string(dtype_name(dtype)));
+  throw std::invalid_argument("reduce_in_rank_order: cannot sum " + std::string(to_string(dtype)));
 }
 
-void max(std::span<const void* const> inputs, void* out, std::size_t count, DType dtype) {
+void max(std::span<const void* const> inputs, void* out, std::size_t count, ElemType dtype) {
   switch (dtype) {
-    case DType::kFloat32:
+    case ElemType::fp32:
       return max_in_rank_order<float, float>(inputs, out, count, identity<float>);
-    case DType::kFloat64:
+    case ElemType::fp64:
       return max_in_rank_order<double, double>(inputs, out, count, identity<double>);
-    case DType::kBFloat16:
+    case ElemType::bf16:
       return max_in_rank_order<std::uint16_t, float>(inputs, out, count, bfloat16_to_float);
-    case DType::kFloat16:
+    case ElemType::fp16:
       return max_in_rank_order<std::uint16_t, float>(inputs, out, count, float16_to_float);
-    case DType::kInt32:
+    case ElemType::i32:
       return max_in_rank_order<std::int32_t, std::int32_t>(inputs, out, count,
                                                            identity<std::int32_t>);
-    case DType::kUInt8:
+    case ElemType::u8:
       return max_in_rank_order<std::uint8_t, std::uint8_t>(inputs, out, count,
                                                            identity<std::uint8_t>);
-    case DType::kFloat8E4M3:
-    case DType::kFloat8E5M2:
+    case ElemType::e4m3:
+    case ElemType::e5m2:
+    case ElemType::e8m0:
       break;
   }
   throw std::invalid_argument("reduce_in_rank_order: cannot take the max of " +
-                              std::string(dtype_name(dtype)));
+                              std::string(to_string(dtype)));
 }
 
 }  // namespace
 
 void reduce_in_rank_order(std::span<const void* const> inputs, void* out, std::size_t count,
-                          DType dtype, ReduceOp op) {
+                          ElemType dtype, ReduceOp op) {
   if (inputs.empty()) throw std::invalid_argument("reduce_in_rank_order: no inputs");
   if (!is_reducible(dtype)) {
-    throw std::invalid_argument("reduce_in_rank_order: " + std::string(dtype_name(dtype)) +
+    throw std::invalid_argument("reduce_in_rank_order: " + std::string(to_string(dtype)) +
                                 " is never reduced");
   }
   if (count == 0) return;
   if (inputs.size() == 1) {
-    if (out != inputs[0]) std::memcpy(out, inputs[0], count * dtype_size(dtype));
+    if (out != inputs[0]) std::memcpy(out, inputs[0], count * element_bytes(dtype));
     return;
   }
   switch (op) {

@@ -34,6 +34,6 @@ namespace fp8c::collectives {
 // from every input before it is written) but must not partially overlap one.
 // Throws std::invalid_argument for FP8 dtypes or an empty `inputs`.
 void reduce_in_rank_order(std::span<const void* const> inputs, void* out, std::size_t count,
-                          DType dtype, ReduceOp op);
+                          ElemType dtype, ReduceOp op);
 
 }  // namespace fp8c::collectives

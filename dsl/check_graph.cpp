@@ -20,10 +20,8 @@ constexpr std::uint64_t kFp8Alignment = 16;
 // `out`), so both per-rank extents must hold whole blocks.
 constexpr std::uint64_t kMxfp8Block = 32;
 
-std::string str(std::uint64_t v) {
-  return std::to_string(v);
-}
-std::string str(DType v) {
+std::string str(std::uint64_t v) { return std::to_string(v); }
+std::string str(ElemType v) {
   return std::string(to_string(v));
 }
 

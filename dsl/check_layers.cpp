@@ -101,13 +101,13 @@ void Checker::layer_entry(const ast::Entry& entry, Layer& layer) {
   } else if (key == "activation") {
     if (auto v = read_.word<Activation>(*atom, "activation")) layer.activation = *v;
   } else if (key == "dtype") {
-    if (auto v = read_.word<DType>(*atom, "dtype")) layer.dtype = *v;
+    if (auto v = read_.word<DTypeWords>(*atom, "dtype")) layer.dtype = *v;
   } else if (key == "output") {
     if (atom->kind == ast::Atom::Kind::word && atom->text == "fp8") {
       layer.output_fp8 = true;
     } else if (read_.expect_word(*atom, "an output type (fp8, bf16, fp16 or fp32)")) {
       bool found = false;
-      for (const auto& [word, dtype] : names<DType>()) {
+      for (const auto& [word, dtype] : names<DTypeWords>()) {
         if (word == atom->text) {
           layer.output_dtype = dtype;
           found = true;

@@ -77,9 +77,9 @@ void Checker::apply_recipe_block(const ast::Block& block, Recipe& recipe) {
     if (!atom) return;
     const std::string& key = entry.key.text;
     if (key == "forward") {
-      if (auto v = read_.word<Fp8Format>(*atom, "FP8 format")) recipe.forward = *v;
+      if (auto v = read_.word<Fp8FormatWords>(*atom, "FP8 format")) recipe.forward = *v;
     } else if (key == "backward") {
-      if (auto v = read_.word<Fp8Format>(*atom, "FP8 format")) recipe.backward = *v;
+      if (auto v = read_.word<Fp8FormatWords>(*atom, "FP8 format")) recipe.backward = *v;
     } else if (key == "history") {
       if (auto v = read_.integer(*atom, "history", 1, kMaxHistory))
         recipe.history = static_cast<std::uint32_t>(*v);

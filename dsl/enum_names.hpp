@@ -1,6 +1,8 @@
 // The words of the language for each enum: one table per type, read by the
 // checker (word -> value, with "did you mean"), by `to_string`, and by the
-// printers. Adding a value to an enum means adding its word here, nowhere else.
+// printers. Adding a value to an enum means adding its word here, nowhere else
+// (ElemType's words are its to_string, elem_type.hpp; the tables here say
+// which of them each key accepts).
 #pragma once
 
 #include <span>
@@ -14,18 +16,41 @@ namespace fp8c::dsl {
 template <typename E>
 using NameTable = std::span<const std::pair<std::string_view, E>>;
 
-template <typename E>
-NameTable<E> names();
+// The language has two vocabularies over the one ElemType: `dtype = bf16`
+// and `forward = e4m3` each accept only their own words. A table is keyed by
+// its vocabulary: the enum itself, or one of these tags for ElemType.
+struct DTypeWords {};
+struct Fp8FormatWords {};
 
-#define FP8C_NAMES(Type, ...)                                                \
-  template <>                                                                \
-  inline NameTable<Type> names<Type>() {                                     \
-    static constexpr std::pair<std::string_view, Type> table[] = {__VA_ARGS__}; \
-    return table;                                                            \
+template <typename Vocabulary>
+struct VocabularyValue {
+  using type = Vocabulary;
+};
+template <>
+struct VocabularyValue<DTypeWords> {
+  using type = ElemType;
+};
+template <>
+struct VocabularyValue<Fp8FormatWords> {
+  using type = ElemType;
+};
+// The type of a vocabulary's values.
+template <typename Vocabulary>
+using ValueOf = typename VocabularyValue<Vocabulary>::type;
+
+template <typename Vocabulary>
+NameTable<ValueOf<Vocabulary>> names();
+
+#define FP8C_NAMES(Vocabulary, ...)                                                            \
+  template <>                                                                                  \
+  inline NameTable<ValueOf<Vocabulary>> names<Vocabulary>() {                                  \
+    static constexpr std::pair<std::string_view, ValueOf<Vocabulary>> table[] = {__VA_ARGS__}; \
+    return table;                                                                              \
   }
 
-FP8C_NAMES(Fp8Format, {"e4m3", Fp8Format::e4m3}, {"e5m2", Fp8Format::e5m2})
-FP8C_NAMES(DType, {"bf16", DType::bf16}, {"fp16", DType::fp16}, {"fp32", DType::fp32})
+// The words are to_string(ElemType)'s.
+FP8C_NAMES(Fp8FormatWords, {"e4m3", ElemType::e4m3}, {"e5m2", ElemType::e5m2})
+FP8C_NAMES(DTypeWords, {"bf16", ElemType::bf16}, {"fp16", ElemType::fp16}, {"fp32", ElemType::fp32})
 FP8C_NAMES(RecipeKind, {"none", RecipeKind::none}, {"delayed", RecipeKind::delayed},
            {"current", RecipeKind::current}, {"blockwise", RecipeKind::blockwise},
            {"mxfp8", RecipeKind::mxfp8})

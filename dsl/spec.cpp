@@ -47,8 +47,6 @@ const Layer* fp8_output_consumer(const Spec& spec, const Layer& producer) {
     return "?";                                      \
   }
 
-FP8C_TO_STRING(Fp8Format)
-FP8C_TO_STRING(DType)
 FP8C_TO_STRING(RecipeKind)
 FP8C_TO_STRING(AmaxAlgo)
 FP8C_TO_STRING(ScaleForm)

@@ -30,15 +30,15 @@ class ValueReader {
 
   std::optional<bool> boolean(const ast::Atom& atom, std::string_view what);
 
-  // A word naming a value of E; unknown words get "did you mean" and the
-  // list of allowed words.
-  template <typename E>
-  std::optional<E> word(const ast::Atom& atom, std::string_view what) {
+  // A word of vocabulary V (an enum, or DTypeWords / Fp8FormatWords);
+  // unknown words get "did you mean" and the list of allowed words.
+  template <typename V>
+  std::optional<ValueOf<V>> word(const ast::Atom& atom, std::string_view what) {
     if (!expect_word(atom, what)) return std::nullopt;
-    for (const auto& [name, value] : names<E>())
+    for (const auto& [name, value] : names<V>())
       if (name == atom.text) return value;
     std::vector<std::string_view> allowed;
-    for (const auto& entry : names<E>()) allowed.push_back(entry.first);
+    for (const auto& entry : names<V>()) allowed.push_back(entry.first);
     unknown_word(atom, what, allowed);
     return std::nullopt;
   }

@@ -30,7 +30,7 @@ namespace fp8c {
 
 struct BlockQuantizeKernel {
   ElemType input = ElemType::bf16;
-  Fp8Format format = Fp8Format::e4m3;
+  ElemType format = ElemType::e4m3;        // e4m3 or e5m2
   Scaling scaling = Scaling::block_1x128;  // block_1x128, block_128x128 or mx_1x32
   bool rowwise = true;
   bool columnwise = false;

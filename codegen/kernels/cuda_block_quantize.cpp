@@ -49,6 +49,7 @@ std::string BlockQuantizeKernel::name() const {
 }
 
 KernelSource emit_cuda(const BlockQuantizeKernel& k) {
+  require_fp8(k.format, "block quantize kernel format");
   if (k.scaling != Scaling::block_1x128 && k.scaling != Scaling::block_128x128 &&
       k.scaling != Scaling::mx_1x32)
     throw std::invalid_argument("block quantize: not a block scaling: " +
@@ -68,8 +69,8 @@ KernelSource emit_cuda(const BlockQuantizeKernel& k) {
     << "#define SQUARE " << cuda_bool(k.scaling == Scaling::block_128x128) << "\n"
     << "#define POW2 " << cuda_bool(k.pow2) << "\n"
     << "#define K_BLOCK_MAJOR " << cuda_bool(k.k_block_major) << "\n"
-    << "#define FP8_MAX " << (k.format == Fp8Format::e4m3 ? "448.0f" : "57344.0f") << "\n"
-    << "#define ELEMENT_EMAX " << (k.format == Fp8Format::e4m3 ? 8 : 15) << "\n"
+    << "#define FP8_MAX " << (k.format == ElemType::e4m3 ? "448.0f" : "57344.0f") << "\n"
+    << "#define ELEMENT_EMAX " << (k.format == ElemType::e4m3 ? 8 : 15) << "\n"
     << "#define PACK " << cuda_pack_function(k.format) << "\n"
     << "#define WIDE " << cuda_bool(k.input == ElemType::fp32) << "\n"
     << "#define MIN_BLOCKS " << (k.input == ElemType::fp32 ? 2 : 4) << "\n";

@@ -33,6 +33,7 @@ std::string DequantizeKernel::name() const {
 }
 
 KernelSource emit_cuda(const DequantizeKernel& k) {
+  require_fp8(k.format, "dequantize kernel format");
   if (k.scaling != Scaling::per_tensor && k.scaling != Scaling::block_1x128 &&
       k.scaling != Scaling::block_128x128 && k.scaling != Scaling::mx_1x32)
     throw std::invalid_argument("dequantize: not an FP8 scaling: " +
@@ -49,7 +50,7 @@ KernelSource emit_cuda(const DequantizeKernel& k) {
     << "#define BLOCK_OUTER " << (k.scaling == Scaling::block_128x128 ? 128 : 1) << "\n"
     << "#define BLOCK_INNER " << block_inner << "\n"
     << "#define WIDE_OUT " << cuda_bool(k.output == ElemType::fp32) << "\n"
-    << "#define CVT_X2 \"cvt.rn.f16x2." << (k.format == Fp8Format::e4m3 ? "e4m3x2" : "e5m2x2")
+    << "#define CVT_X2 \"cvt.rn.f16x2." << (k.format == ElemType::e4m3 ? "e4m3x2" : "e5m2x2")
     << " %0, %1;\"\n";
   s << R"(
 // Two FP8 codes (low byte first) as floats, exactly: every FP8 value is an

@@ -24,10 +24,6 @@
 namespace fp8c {
 namespace {
 
-bool is_high_precision(ElemType t) {
-  return t == ElemType::bf16 || t == ElemType::fp16 || t == ElemType::fp32;
-}
-
 void validate(const EpilogueKernel& k) {
   const auto fail = [&](const std::string& why) {
     throw std::invalid_argument("epilogue kernel " + k.name() + ": " + why);
@@ -85,10 +81,7 @@ KernelSource emit_cuda(const EpilogueKernel& k) {
     << "#define DBIAS " << cuda_bool(k.dbias) << "\n"
     << "#define DACT " << cuda_bool(k.backward && k.activation != Activation::none) << "\n"
     << "#define FP8_OUT " << cuda_bool(fp8) << "\n"
-    << "#define PACK "
-    << (fp8 ? cuda_pack_function(k.output == ElemType::e4m3 ? Fp8Format::e4m3 : Fp8Format::e5m2)
-            : "unused")
-    << "\n"
+    << "#define PACK " << (fp8 ? cuda_pack_function(k.output) : "unused") << "\n"
     << "#define WIDE " << cuda_bool(wide) << "\n"
     << "#define ROWS_PER_THREAD " << epilogue_tile_rows(k) / 4 << "\n"
     << "#define CHUNK " << (wide ? 4 : 8) << "\n";

@@ -148,8 +148,9 @@ std::string cuda_storage_type(ElemType type) {
   }
 }
 
-std::string cuda_pack_function(Fp8Format format) {
-  return format == Fp8Format::e4m3 ? "pack_e4m3x2" : "pack_e5m2x2";
+std::string cuda_pack_function(ElemType format) {
+  return require_fp8(format, "cuda_pack_function") == ElemType::e4m3 ? "pack_e4m3x2"
+                                                                     : "pack_e5m2x2";
 }
 
 }  // namespace fp8c

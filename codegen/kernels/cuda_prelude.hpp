@@ -34,7 +34,8 @@ std::string scaling_tag(Scaling scaling);
 std::string cuda_storage_type(ElemType type);
 
 // Name of the device function that converts a pair of floats to packed FP8
-// ("pack_e4m3x2"): low byte from the first argument.
-std::string cuda_pack_function(Fp8Format format);
+// ("pack_e4m3x2"): low byte from the first argument. `format` is e4m3 or
+// e5m2 (else std::invalid_argument).
+std::string cuda_pack_function(ElemType format);
 
 }  // namespace fp8c

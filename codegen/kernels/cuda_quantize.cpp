@@ -38,6 +38,7 @@ std::string QuantizeKernel::name() const {
 }
 
 KernelSource emit_cuda(const QuantizeKernel& k) {
+  require_fp8(k.format, "quantize kernel format");
   const std::string in = cuda_storage_type(k.input);
   const std::string pack = cuda_pack_function(k.format);
   const bool wide = k.input == ElemType::fp32;  // 8 values are two 16-byte vectors
@@ -51,7 +52,7 @@ KernelSource emit_cuda(const QuantizeKernel& k) {
     << "#define DACT " << cuda_bool(k.dact != Activation::none) << "\n"
     << "#define SCALE_FROM_AMAX " << cuda_bool(k.scale_from_amax) << "\n"
     << "#define POW2 " << cuda_bool(k.pow2_scale) << "\n"
-    << "#define FP8_MAX " << (k.format == Fp8Format::e4m3 ? "448.0f" : "57344.0f") << "\n"
+    << "#define FP8_MAX " << (k.format == ElemType::e4m3 ? "448.0f" : "57344.0f") << "\n"
     << "#define PACK " << pack << "\n"
     << "#define WIDE " << cuda_bool(wide) << "\n"
     << "#define ROW_GROUP " << k.row_group << "\n"

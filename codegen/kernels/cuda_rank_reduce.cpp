@@ -100,45 +100,50 @@ __device__ __forceinline__ u16 narrow(float value) {
 }
 )";
 
-std::string element_helpers(ReduceElement element) {
+std::string element_helpers(ElemType element) {
   std::string s;
   switch (element) {
-    case ReduceElement::f32:
+    case ElemType::fp32:
       s = "typedef float elem_t;\ntypedef float acc_t;\ntypedef float cmp_t;\n";
       s += "__device__ __forceinline__ float widen(float x) { return x; }\n";
       s += "__device__ __forceinline__ float narrow(float x) { return x; }\n";
       s += kFloatAdd;
       break;
-    case ReduceElement::f64:
+    case ElemType::fp64:
       s = "typedef double elem_t;\ntypedef double acc_t;\ntypedef double cmp_t;\n";
       s += "__device__ __forceinline__ double widen(double x) { return x; }\n";
       s += "__device__ __forceinline__ double narrow(double x) { return x; }\n";
       s += kDoubleAdd;
       break;
-    case ReduceElement::bf16:
+    case ElemType::bf16:
       s = std::string(kShiftRightRne) + kBf16 + kFloatAdd;
       break;
-    case ReduceElement::f16:
+    case ElemType::fp16:
       s = std::string(kShiftRightRne) + kF16 + kFloatAdd;
       break;
-    case ReduceElement::i32:
+    case ElemType::i32:
       // Sums in unsigned arithmetic: wraps modulo 2^32 like the CPU reference.
       s = "typedef int elem_t;\ntypedef u32 acc_t;\ntypedef int cmp_t;\n";
       s += "__device__ __forceinline__ u32 widen(int x) { return u32(x); }\n";
       s += "__device__ __forceinline__ int narrow(u32 x) { return int(x); }\n";
       s += "__device__ __forceinline__ u32 add(u32 a, u32 b) { return a + b; }\n";
       break;
-    case ReduceElement::u8:
+    case ElemType::u8:
       s = "typedef u8 elem_t;\ntypedef u32 acc_t;\ntypedef u32 cmp_t;\n";
       s += "__device__ __forceinline__ u32 widen(u8 x) { return u32(x); }\n";
       s += "__device__ __forceinline__ u8 narrow(u32 x) { return u8(x); }\n";
       s += "__device__ __forceinline__ u32 add(u32 a, u32 b) { return a + b; }\n";
       break;
+    case ElemType::e4m3:
+    case ElemType::e5m2:
+    case ElemType::e8m0:
+      throw std::invalid_argument("rank_reduce: " + std::string(to_string(element)) +
+                                  " is never reduced");
   }
-  const bool is_float = element == ReduceElement::f32 || element == ReduceElement::f64 ||
-                        element == ReduceElement::bf16 || element == ReduceElement::f16;
+  const bool is_float = element == ElemType::fp32 || element == ElemType::fp64 ||
+                        element == ElemType::bf16 || element == ElemType::fp16;
   s += "__device__ __forceinline__ cmp_t to_cmp(elem_t x) { return ";
-  s += element == ReduceElement::bf16 || element == ReduceElement::f16 ? "widen(x)" : "cmp_t(x)";
+  s += element == ElemType::bf16 || element == ElemType::fp16 ? "widen(x)" : "cmp_t(x)";
   s += "; }\n";
   s += "__device__ __forceinline__ bool is_nan_cmp(cmp_t x) { return ";
   s += is_float ? "x != x" : "false";
@@ -169,45 +174,37 @@ constexpr const char* kMaxBody = R"(
     out[i] = best;
 )";
 
-}  // namespace
-
-std::string to_string(ReduceElement element) {
+// The element's name in kernel names: f32, f16 and f64 where to_string says
+// fp32, fp16 and fp64. The names predate the one ElemType and are part of
+// each kernel's source (its entry point) and cache key, so they stay.
+std::string_view kernel_name_of(ElemType element) {
   switch (element) {
-    case ReduceElement::f32:
+    case ElemType::fp32:
       return "f32";
-    case ReduceElement::bf16:
+    case ElemType::bf16:
       return "bf16";
-    case ReduceElement::f16:
+    case ElemType::fp16:
       return "f16";
-    case ReduceElement::f64:
+    case ElemType::fp64:
       return "f64";
-    case ReduceElement::i32:
+    case ElemType::i32:
       return "i32";
-    case ReduceElement::u8:
+    case ElemType::u8:
       return "u8";
+    case ElemType::e4m3:
+    case ElemType::e5m2:
+    case ElemType::e8m0:
+      break;
   }
-  throw std::invalid_argument("invalid ReduceElement");
+  throw std::invalid_argument("rank_reduce: " + std::string(to_string(element)) +
+                              " is never reduced");
 }
 
-std::size_t element_bytes(ReduceElement element) {
-  switch (element) {
-    case ReduceElement::f64:
-      return 8;
-    case ReduceElement::f32:
-    case ReduceElement::i32:
-      return 4;
-    case ReduceElement::bf16:
-    case ReduceElement::f16:
-      return 2;
-    case ReduceElement::u8:
-      return 1;
-  }
-  throw std::invalid_argument("invalid ReduceElement");
-}
+}  // namespace
 
 std::string RankReduceKernel::name() const {
   return std::string("rank_reduce_") + (op == RankReduceOp::sum ? "sum_" : "max_") +
-         to_string(element);
+         std::string(kernel_name_of(element));
 }
 
 KernelSource emit_cuda(const RankReduceKernel& k) {

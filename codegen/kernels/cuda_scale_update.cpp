@@ -16,13 +16,10 @@
 
 #include "codegen/kernels/cuda_prelude.hpp"
 #include "codegen/kernels/scale_update.hpp"
+#include "codegen/numerics/fp8.hpp"
 
 namespace fp8c {
 namespace {
-
-float fp8_max(Fp8Format f) {
-  return f == Fp8Format::e4m3 ? 448.0f : 57344.0f;
-}
 
 std::string hex_bits(float x) {
   char buffer[16];
@@ -41,7 +38,7 @@ std::string ScaleUpdateKernel::name() const {
   if (margin < 0) n += "n";
   n += std::to_string(margin < 0 ? -margin : margin);
   n += rule == AmaxAlgo::max ? "_max_" : "_recent_";
-  for (Fp8Format f : formats) n += f == Fp8Format::e4m3 ? '4' : '5';
+  for (ElemType f : formats) n += f == ElemType::e4m3 ? '4' : '5';
   if (scale_stride != 1) (n += "_s") += std::to_string(scale_stride);
   return n;
 }
@@ -52,6 +49,7 @@ KernelSource emit_cuda(const ScaleUpdateKernel& k) {
   if (k.margin < -100 || k.margin > 100)
     throw std::invalid_argument("scale update: |margin| must be at most 100");
   if (k.scale_stride < 1) throw std::invalid_argument("scale update: scale_stride below 1");
+  for (ElemType f : k.formats) require_fp8(f, "scale update format");
   std::string s = cuda_prelude();
   s += "#define HISTORY " + std::to_string(k.history_length) + "\n";
   s += "#define SCALE_STRIDE " + std::to_string(k.scale_stride) + "\n";
@@ -59,7 +57,7 @@ KernelSource emit_cuda(const ScaleUpdateKernel& k) {
   s += "// fp8_max * 2^-margin per tensor, as float bits\n";
   s += "__device__ const u32 kScaledMaxBits[" + std::to_string(k.formats.size()) + "] = {";
   for (std::size_t i = 0; i < k.formats.size(); ++i)
-    s += (i ? ", " : "") + hex_bits(std::ldexp(fp8_max(k.formats[i]), -k.margin));
+    s += (i ? ", " : "") + hex_bits(std::ldexp(numerics::fp8_max(k.formats[i]), -k.margin));
   s += "};\n";
   s += R"(
 // IEEE round-to-nearest division without flushing subnormals, immune to

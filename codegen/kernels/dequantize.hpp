@@ -34,7 +34,7 @@
 namespace fp8c {
 
 struct DequantizeKernel {
-  Fp8Format format = Fp8Format::e4m3;
+  ElemType format = ElemType::e4m3;       // e4m3 or e5m2
   Scaling scaling = Scaling::per_tensor;  // per_tensor, block_1x128, block_128x128, mx_1x32
   ElemType output = ElemType::bf16;       // bf16, fp16 or fp32
   bool transpose = false;                 // columnwise data: write [inner][outer]

@@ -46,7 +46,7 @@ struct EpilogueKernel {
   // backward
   bool dbias = false;
 
-  bool fp8_output() const { return output == ElemType::e4m3 || output == ElemType::e5m2; }
+  bool fp8_output() const { return is_fp8(output); }
   std::string name() const;  // unique per variant; also the entry point's name
   bool operator==(const EpilogueKernel&) const = default;
 };

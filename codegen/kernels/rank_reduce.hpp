@@ -20,23 +20,19 @@
 #include <string>
 
 #include "codegen/kernels/kernel_source.hpp"
+#include "fp8c/elem_type.hpp"
 
 namespace fp8c {
 
-// The reducible element types (collectives::DType without FP8). Codegen sits
-// below collectives and keeps its own names.
-enum class ReduceElement { f32, bf16, f16, f64, i32, u8 };
 enum class RankReduceOp { sum, max };
 
-// "f32", "bf16", ...
-std::string to_string(ReduceElement element);
-std::size_t element_bytes(ReduceElement element);
-
 struct RankReduceKernel {
-  ReduceElement element = ReduceElement::f32;
+  // fp32, bf16, fp16, fp64, i32 or u8 (collectives::is_reducible); FP8 and
+  // E8M0 are never reduced (name() and emit_cuda throw std::invalid_argument).
+  ElemType element = ElemType::fp32;
   RankReduceOp op = RankReduceOp::sum;
 
-  // "rank_reduce_sum_bf16"
+  // "rank_reduce_sum_bf16"; the element as f32, bf16, f16, f64, i32 or u8.
   std::string name() const;
   bool operator==(const RankReduceKernel&) const = default;
 };

@@ -21,7 +21,7 @@
 namespace fp8c {
 
 struct ScaleUpdateKernel {
-  std::vector<Fp8Format> formats;  // one per tensor, in argument order
+  std::vector<ElemType> formats;  // e4m3 or e5m2, one per tensor, in argument order
   std::uint32_t history_length = 1;
   int margin = 0;  // |margin| <= 100, where fp8_max * 2^-margin is exact
   AmaxAlgo rule = AmaxAlgo::max;

@@ -8,9 +8,6 @@
 namespace fp8c {
 namespace {
 
-bool high_precision(ElemType t) {
-  return t == ElemType::bf16 || t == ElemType::fp16 || t == ElemType::fp32;
-}
 
 std::uint64_t round_up(std::uint64_t v, std::uint64_t to) {
   return (v + to - 1) / to * to;
@@ -100,7 +97,7 @@ class Lowering {
       }
       BlockQuantizeKernel b;
       b.input = staged ? ElemType::fp32 : src.type;
-      b.format = fp8_format_of(fp8.type);
+      b.format = fp8.type;
       b.scaling = fp8.scaling;
       b.rowwise = q.rowwise != kNoTensor;
       b.columnwise = q.columnwise != kNoTensor;
@@ -111,7 +108,7 @@ class Lowering {
     QuantizeKernel k;
     k.input = src.type;
     k.dact = q.dact;
-    k.format = fp8_format_of(fp8.type);
+    k.format = fp8.type;
     k.rowwise = q.rowwise != kNoTensor;
     k.columnwise = q.columnwise != kNoTensor;
     k.amax = q.amax != kNoTensor;
@@ -135,9 +132,9 @@ class Lowering {
   // operand (2^-8 relative in bf16), which the GPU-vs-CPU bounds cover.
   DequantizeKernel operand_dequantize(const Tensor& op) const {
     DequantizeKernel k;
-    k.format = fp8_format_of(op.type);
+    k.format = op.type;
     k.scaling = op.scaling;
-    k.output = elem_type(layer_.dtype);
+    k.output = layer_.dtype;
     k.transpose = op.usage == Usage::columnwise;
     return k;
   }
@@ -156,14 +153,14 @@ class Lowering {
       c.operands = GemmCall::Operands::dequantized;
       launch(l, LaunchRole::dequantize_a, {operand_dequantize(a)});
       launch(l, LaunchRole::dequantize_b, {operand_dequantize(b)});
-      const std::uint64_t bytes = element_bytes(elem_type(layer_.dtype));
-      out_.staging.dequantized =
-          std::max(out_.staging.dequantized,
-                   round_up(a.elements() * bytes, 256) + round_up(b.elements() * bytes, 256));
-      note_once(std::string(to_string(g.role)) + ": " + std::string(to_string(a.scaling)) + " x " +
-                std::string(to_string(b.scaling)) + " operands dequantized to " +
-                std::string(to_string(layer_.dtype)) + " for a " + c.backend +
-                " GEMM (its block-scaled GEMM does not read fp8c's "
+      const std::uint64_t bytes = element_bytes(layer_.dtype);
+      out_.staging.dequantized = std::max(
+          out_.staging.dequantized,
+          round_up(a.elements() * bytes, 256) + round_up(b.elements() * bytes, 256));
+      note_once(std::string(to_string(g.role)) + ": " + std::string(to_string(a.scaling)) +
+                " x " + std::string(to_string(b.scaling)) +
+                " operands dequantized to " + std::string(to_string(layer_.dtype)) +
+                " for a " + c.backend + " GEMM (its block-scaled GEMM does not read fp8c's "
                 "row-major block scales yet)");
     }
     const OutputEpilogue& e = g.epilogue;
@@ -232,7 +229,7 @@ class Lowering {
   void scale_update(LoweredStep& l, const ScaleUpdateStep& u) {
     ScaleUpdateKernel k;
     for (const auto& e : u.entries)
-      k.formats.push_back(fp8_format_of(plan_.delayed[static_cast<std::size_t>(e.state)].format));
+      k.formats.push_back(plan_.delayed[static_cast<std::size_t>(e.state)].format);
     k.history_length = layer_.recipe.history;
     k.margin = static_cast<int>(layer_.recipe.margin);
     k.rule = layer_.recipe.amax;
@@ -246,7 +243,7 @@ class Lowering {
     if (layer_.recipe.nan != NanPolicy::error) return;
     for (const auto* pass : {&plan_.forward, &plan_.backward})
       for (const Step& s : *pass)
-        if (const auto* q = s.as<QuantizeStep>(); q && high_precision(t(q->src).type)) {
+        if (const auto* q = s.as<QuantizeStep>(); q && is_high_precision(t(q->src).type)) {
           const bool delayed_amax = [&] {
             for (const auto& d : plan_.delayed)
               if (d.scale == q->scale && d.amax != kNoTensor) return true;

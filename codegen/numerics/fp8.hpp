@@ -11,16 +11,19 @@
 //
 // Everything here is constexpr and header-only so a caller's loop inlines and
 // vectorises it, and so the same code can be compiled for the device.
+//
+// `format` is an FP8 format, ElemType::e4m3 or ElemType::e5m2; any other
+// value is read as e5m2. These run per element and do not check: callers
+// check once per tensor (require_fp8, fp8c/elem_type.hpp).
 
 #include <bit>
 #include <cstdint>
 
 #include "codegen/numerics/half.hpp"
 #include "codegen/numerics/round_to_grid.hpp"
+#include "fp8c/elem_type.hpp"
 
 namespace fp8c::numerics {
-
-enum class Fp8Format : std::uint8_t { e4m3, e5m2 };
 
 // What happens to a value whose magnitude, after rounding, exceeds the largest
 // finite FP8 value. NaN input always gives NaN.
@@ -39,29 +42,29 @@ inline constexpr std::uint8_t kE4m3MaxCode = 0x7E;
 inline constexpr std::uint8_t kE5m2MaxCode = 0x7B;
 inline constexpr std::uint8_t kE5m2Inf = 0x7C;
 
-constexpr float fp8_max(Fp8Format format) {
-  return format == Fp8Format::e4m3 ? 448.0f : 57344.0f;
+constexpr float fp8_max(ElemType format) {
+  return format == ElemType::e4m3 ? 448.0f : 57344.0f;
 }
-constexpr std::uint8_t fp8_max_code(Fp8Format format) {
-  return format == Fp8Format::e4m3 ? kE4m3MaxCode : kE5m2MaxCode;
+constexpr std::uint8_t fp8_max_code(ElemType format) {
+  return format == ElemType::e4m3 ? kE4m3MaxCode : kE5m2MaxCode;
 }
 
 namespace detail {
 
 // Unbounded magnitude code (see round_to_grid) for either format.
 template <typename Bits>
-constexpr std::uint32_t fp8_magnitude_code(Bits magnitude, Fp8Format format) {
-  return format == Fp8Format::e4m3 ? round_to_grid<3, 7>(magnitude)
-                                   : round_to_grid<2, 15>(magnitude);
+constexpr std::uint32_t fp8_magnitude_code(Bits magnitude, ElemType format) {
+  return format == ElemType::e4m3 ? round_to_grid<3, 7>(magnitude)
+                                  : round_to_grid<2, 15>(magnitude);
 }
 
-constexpr std::uint8_t fp8_overflow_code(Fp8Format format, Saturation saturation) {
+constexpr std::uint8_t fp8_overflow_code(ElemType format, Saturation saturation) {
   if (saturation == Saturation::satfinite) return fp8_max_code(format);
-  return format == Fp8Format::e4m3 ? kE4m3Nan : kE5m2Inf;
+  return format == ElemType::e4m3 ? kE4m3Nan : kE5m2Inf;
 }
 
 template <typename Bits>
-constexpr std::uint8_t finite_or_inf_to_fp8(Bits magnitude, std::uint8_t sign, Fp8Format format,
+constexpr std::uint8_t finite_or_inf_to_fp8(Bits magnitude, std::uint8_t sign, ElemType format,
                                             Saturation saturation) {
   const std::uint32_t code = fp8_magnitude_code(magnitude, format);
   const std::uint8_t bounded = code > fp8_max_code(format) ? fp8_overflow_code(format, saturation)
@@ -75,7 +78,7 @@ constexpr std::uint8_t finite_or_inf_to_fp8(Bits magnitude, std::uint8_t sign, F
 // (no flush to zero). Every float NaN, whatever its sign or payload, becomes
 // +NaN 0x7F in both formats: CUDA canonicalises the NaN before converting and
 // the hardware returns 0x7F too.
-constexpr std::uint8_t float_to_fp8(float x, Fp8Format format, Saturation saturation) {
+constexpr std::uint8_t float_to_fp8(float x, ElemType format, Saturation saturation) {
   const auto bits = std::bit_cast<std::uint32_t>(x);
   const std::uint32_t magnitude = bits & 0x7FFF'FFFFu;
   if (magnitude > 0x7F80'0000u) return kE4m3Nan;  // 0x7F is NaN in E5M2 as well
@@ -88,31 +91,31 @@ constexpr std::uint8_t float_to_fp8(float x, Fp8Format format, Saturation satura
 // E5M2 also keeps the second-highest payload bit: -qNaN -> 0xFF (E4M3) or
 // 0xFE (E5M2). That odd rule is __nv_cvt_double_to_fp8's, copied for
 // bit-exactness; no hardware instruction converts f64 to FP8.
-constexpr std::uint8_t double_to_fp8(double x, Fp8Format format, Saturation saturation) {
+constexpr std::uint8_t double_to_fp8(double x, ElemType format, Saturation saturation) {
   const auto bits = std::bit_cast<std::uint64_t>(x);
   const std::uint64_t magnitude = bits & 0x7FFF'FFFF'FFFF'FFFFull;
   const auto sign = static_cast<std::uint8_t>((bits >> 56) & 0x80u);
   if (magnitude > 0x7FF0'0000'0000'0000ull) {
-    if (format == Fp8Format::e4m3) return static_cast<std::uint8_t>(sign | kE4m3Nan);
+    if (format == ElemType::e4m3) return static_cast<std::uint8_t>(sign | kE4m3Nan);
     return static_cast<std::uint8_t>(sign | 0x7Eu | ((bits >> 50) & 1u));
   }
   return detail::finite_or_inf_to_fp8(magnitude, sign, format, saturation);
 }
 
-constexpr bool fp8_is_nan(std::uint8_t code, Fp8Format format) {
+constexpr bool fp8_is_nan(std::uint8_t code, ElemType format) {
   const unsigned magnitude = code & 0x7Fu;
-  return format == Fp8Format::e4m3 ? magnitude == 0x7Fu : magnitude > kE5m2Inf;
+  return format == ElemType::e4m3 ? magnitude == 0x7Fu : magnitude > kE5m2Inf;
 }
 
 // Exact FP8 -> float. NaN becomes the canonical +NaN 0x7FFFFFFF (sign dropped),
 // as __half2float(__nv_cvt_fp8_to_halfraw(code)) does on the host.
-constexpr float fp8_to_float(std::uint8_t code, Fp8Format format) {
+constexpr float fp8_to_float(std::uint8_t code, ElemType format) {
   if (fp8_is_nan(code, format)) return std::bit_cast<float>(0x7FFF'FFFFu);
-  const int mantissa_bits = format == Fp8Format::e4m3 ? 3 : 2;
-  const int bias = format == Fp8Format::e4m3 ? 7 : 15;
+  const int mantissa_bits = format == ElemType::e4m3 ? 3 : 2;
+  const int bias = format == ElemType::e4m3 ? 7 : 15;
   const std::uint32_t sign = static_cast<std::uint32_t>(code & 0x80u) << 24;
   const unsigned magnitude = code & 0x7Fu;
-  if (format == Fp8Format::e5m2 && magnitude == kE5m2Inf) {
+  if (format == ElemType::e5m2 && magnitude == kE5m2Inf) {
     return std::bit_cast<float>(sign | 0x7F80'0000u);
   }
   int exponent = static_cast<int>(magnitude >> mantissa_bits);
@@ -133,9 +136,9 @@ constexpr float fp8_to_float(std::uint8_t code, Fp8Format format) {
 // Exact FP8 -> fp16 bits, what cvt.rn.f16x2.{e4m3x2,e5m2x2} and
 // __nv_cvt_fp8_to_halfraw produce: every FP8 value is an fp16 value (E5M2 is
 // literally fp16's top byte). NaN becomes +NaN 0x7FFF.
-constexpr std::uint16_t fp8_to_half_bits(std::uint8_t code, Fp8Format format) {
+constexpr std::uint16_t fp8_to_half_bits(std::uint8_t code, ElemType format) {
   if (fp8_is_nan(code, format)) return kFp16CanonicalNan;
-  if (format == Fp8Format::e5m2) return static_cast<std::uint16_t>(code << 8);
+  if (format == ElemType::e5m2) return static_cast<std::uint16_t>(code << 8);
   return float_to_fp16(fp8_to_float(code, format));
 }
 

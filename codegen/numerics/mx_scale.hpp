@@ -11,9 +11,10 @@
 
 namespace fp8c::numerics {
 
+// `format`, here and below, is e4m3 or e5m2, unchecked (fp8.hpp).
 // Largest exponent of the element format: 448 = 1.75 * 2^8, 57344 = 1.75 * 2^15.
-constexpr int mx_element_emax(Fp8Format format) {
-  return format == Fp8Format::e4m3 ? 8 : 15;
+constexpr int mx_element_emax(ElemType format) {
+  return format == ElemType::e4m3 ? 8 : 15;
 }
 
 // Two rules for an MX block's E8M0 scale X (elements are stored as
@@ -63,7 +64,7 @@ constexpr AmaxBinade amax_binade(std::uint32_t magnitude_bits) {
 
 }  // namespace detail
 
-constexpr std::uint8_t mx_block_scale(float block_amax, Fp8Format format, MxScaleRule rule) {
+constexpr std::uint8_t mx_block_scale(float block_amax, ElemType format, MxScaleRule rule) {
   const std::uint32_t magnitude = std::bit_cast<std::uint32_t>(block_amax) & 0x7FFF'FFFFu;
   if (magnitude > 0x7F80'0000u) return kE8m0Nan;
   if (magnitude == 0x7F80'0000u) return rule == MxScaleRule::ocp_floor ? kE8m0Nan : kE8m0MaxCode;

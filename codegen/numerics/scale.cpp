@@ -6,7 +6,8 @@
 
 namespace fp8c::numerics {
 
-float scale_from_amax(float amax, Fp8Format format, float fallback, ScaleRule rule) {
+float scale_from_amax(float amax, ElemType format, float fallback, ScaleRule rule) {
+  require_fp8(format, "scale_from_amax");
   if (amax < rule.amax_floor) amax = rule.amax_floor;
   if (!std::isfinite(amax) || !(amax > 0.0f)) return fallback;
   const float scaled_max = std::ldexp(fp8_max(format), -rule.margin);
@@ -25,12 +26,12 @@ float round_down_to_power_of_two(float x) {
 }
 
 float delayed_scaling_update(std::span<const float> amax_history, AmaxHistoryRule rule,
-                             Fp8Format format, int margin, float previous_scale) {
+                             ElemType format, int margin, float previous_scale) {
   return scale_from_amax(amax_from_history(amax_history, rule), format, previous_scale,
                          ScaleRule{.margin = margin});
 }
 
-float blockwise_scale(float block_amax, Fp8Format format, bool power_of_two, float amax_floor) {
+float blockwise_scale(float block_amax, ElemType format, bool power_of_two, float amax_floor) {
   return scale_from_amax(block_amax, format, 1.0f,
                          ScaleRule{.power_of_two = power_of_two, .amax_floor = amax_floor});
 }

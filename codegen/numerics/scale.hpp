@@ -45,7 +45,8 @@ struct ScaleRule {
 //     current-scaling kernel uses the input dtype's max instead, 0x1.FEp127 for
 //     bf16 input; with power_of_two both become 2^127.)
 //  5. rule.power_of_two: round_down_to_power_of_two(scale).
-float scale_from_amax(float amax, Fp8Format format, float fallback, ScaleRule rule = {});
+// `format` is e4m3 or e5m2 (else std::invalid_argument), here and below.
+float scale_from_amax(float amax, ElemType format, float fallback, ScaleRule rule = {});
 
 // Largest power of two <= x for finite x > 0 (keeps the sign otherwise; 0,
 // Inf and NaN come back unchanged). For normal x this clears the mantissa
@@ -63,11 +64,11 @@ constexpr float scale_inverse(float scale) {
 // caller has already MAX-reduced across the tensor-parallel group (with
 // amax_combine), then scale_from_amax with previous_scale as the fallback.
 float delayed_scaling_update(std::span<const float> amax_history, AmaxHistoryRule rule,
-                             Fp8Format format, int margin, float previous_scale);
+                             ElemType format, int margin, float previous_scale);
 
 // The blockwise recipe's per-block scale: fp8_max / block_amax, 1.0 for an
 // all-zero, Inf or NaN block, optionally a power of two.
-float blockwise_scale(float block_amax, Fp8Format format, bool power_of_two,
+float blockwise_scale(float block_amax, ElemType format, bool power_of_two,
                       float amax_floor = 0.0f);
 
 }  // namespace fp8c::numerics

@@ -13,38 +13,6 @@ void push(std::vector<int>& v, int id) {
 
 }  // namespace
 
-std::size_t element_bytes(ElemType t) {
-  switch (t) {
-    case ElemType::fp32:
-      return 4;
-    case ElemType::bf16:
-    case ElemType::fp16:
-      return 2;
-    default:
-      return 1;
-  }
-}
-
-ElemType elem_type(DType d) {
-  switch (d) {
-    case DType::bf16:
-      return ElemType::bf16;
-    case DType::fp16:
-      return ElemType::fp16;
-    case DType::fp32:
-      return ElemType::fp32;
-  }
-  return ElemType::bf16;
-}
-
-ElemType elem_type(Fp8Format f) {
-  return f == Fp8Format::e4m3 ? ElemType::e4m3 : ElemType::e5m2;
-}
-
-Fp8Format fp8_format_of(ElemType t) {
-  return t == ElemType::e5m2 ? Fp8Format::e5m2 : Fp8Format::e4m3;
-}
-
 bool is_gradient(Quantity q) {
   return q == Quantity::dy || q == Quantity::dz || q == Quantity::dx || q == Quantity::dw ||
          q == Quantity::db;
@@ -188,24 +156,6 @@ std::uint64_t all_gather_bytes(std::uint64_t total, std::uint32_t ranks) {
 
 std::uint64_t all_reduce_bytes(std::uint64_t total, std::uint32_t ranks) {
   return 2 * all_gather_bytes(total, ranks);
-}
-
-std::string_view to_string(ElemType t) {
-  switch (t) {
-    case ElemType::bf16:
-      return "bf16";
-    case ElemType::fp16:
-      return "fp16";
-    case ElemType::fp32:
-      return "fp32";
-    case ElemType::e4m3:
-      return "e4m3";
-    case ElemType::e5m2:
-      return "e5m2";
-    case ElemType::e8m0:
-      return "e8m0";
-  }
-  return "?";
 }
 
 std::string_view to_string(Usage u) {

@@ -17,11 +17,10 @@
 #include <variant>
 #include <vector>
 
+#include "fp8c/elem_type.hpp"
 #include "fp8c/spec.hpp"
 
 namespace fp8c {
-
-enum class ElemType { bf16, fp16, fp32, e4m3, e5m2, e8m0 };
 
 // How a tensor sits in memory. rowwise: logical order (dim 0 outermost);
 // columnwise: transposed (dim 1 outermost). High-precision tensors are
@@ -91,7 +90,7 @@ struct Tensor {
   int inner_dim() const { return 1 - outer_dim(); }
   std::uint64_t elements() const { return dims[0].local * dims[1].local; }
   std::uint64_t bytes() const;  // per rank
-  bool is_fp8() const { return type == ElemType::e4m3 || type == ElemType::e5m2; }
+  bool is_fp8() const { return fp8c::is_fp8(type); }
   bool block_scaled() const {
     return is_fp8() && scaling != Scaling::per_tensor && scaling != Scaling::none;
   }
@@ -330,19 +329,13 @@ struct Plan {
   const LayerPlan* find(std::string_view layer) const;
 };
 
-std::string_view to_string(ElemType);
 std::string_view to_string(Usage);
 std::string_view to_string(Scaling);
 std::string_view to_string(StepKind);
 std::string_view to_string(GemmRole);
 std::string_view to_string(Quantity);
 std::string_view to_string(Form);
-std::size_t element_bytes(ElemType);
 bool is_collective(StepKind);
-ElemType elem_type(DType);
-ElemType elem_type(Fp8Format);
-// The spec's FP8 format of an FP8 element type (e4m3 for anything else).
-Fp8Format fp8_format_of(ElemType);
 bool is_gradient(Quantity);  // dy, dz, dx, dw, db: quantized in the backward format
 
 // Bytes a ring collective receives per rank for a tensor of `total` bytes.

@@ -95,9 +95,12 @@ class LayerPlanner {
     sp_ = layer.layout.sequence_parallel && R_ > 1;
     column_ = layer.mode == ParallelMode::column;
     act_ = layer.activation;
-    hp_ = elem_type(layer.dtype);
-    fwd_ = elem_type(layer.recipe.forward);
-    bwd_ = elem_type(layer.recipe.backward);
+    // A Spec made in code (not by the checker) may hold any ElemType here.
+    const std::string site = "layer '" + layer.name + "'";
+    hp_ = require_high_precision(layer.dtype, site + " dtype");
+    require_high_precision(layer.output_dtype, site + " output dtype");
+    fwd_ = require_fp8(layer.recipe.forward, site + " forward format");
+    bwd_ = require_fp8(layer.recipe.backward, site + " backward format");
     for (auto g : layer.debug.fallback) fallback_[static_cast<int>(g)] = true;
     if (!fp8_) fallback_[0] = fallback_[1] = fallback_[2] = true;
     // Logical dims of the layer's tensors on this rank.
@@ -559,7 +562,7 @@ class LayerPlanner {
       y.name = name("y.fp8.row");
       y.quantity = Quantity::y;
       y.form = Form::fp8;
-      y.type = elem_type(consumer_->recipe.forward);
+      y.type = consumer_->recipe.forward;
       y.dims = {rows, out_};
       y.scaling = Scaling::per_tensor;
       y.scale = e.out_scale;
@@ -570,8 +573,7 @@ class LayerPlanner {
       plan_.io.y_amax = e.out_amax;
       return out;
     }
-    const int y =
-        hp_tensor(Quantity::y, Form::value, "y", rows, out_, elem_type(layer_.output_dtype));
+    const int y = hp_tensor(Quantity::y, Form::value, "y", rows, out_, layer_.output_dtype);
     plan_.io.y = y;
     return y;
   }

@@ -36,7 +36,7 @@ namespace fp8c {
 // A row-major 2-D (or 1-D, for bias) tensor in device memory.
 struct TensorRef {
   void* data = nullptr;
-  DType dtype = DType::bf16;
+  DType dtype = DType::bf16;  // bf16, fp16 or fp32 (else SessionError where it is used)
   std::int64_t rows = 0;
   std::int64_t cols = 1;
 };

@@ -9,13 +9,19 @@
 #include <string_view>
 #include <vector>
 
+#include "fp8c/elem_type.hpp"
+
 namespace fp8c {
 
-// The two FP8 encodings of Hopper tensor cores.
-enum class Fp8Format { e4m3, e5m2 };
+// Element types are the one ElemType (elem_type.hpp); these names say which
+// of its values a field takes, and keep `DType::bf16`, `Fp8Format::e4m3`
+// spelled as before.
+// The two FP8 encodings of Hopper tensor cores: e4m3 or e5m2.
+using Fp8Format = ElemType;
 
-// High-precision element types a layer may take in and hand out.
-enum class DType { bf16, fp16, fp32 };
+// High-precision element types a layer may take in and hand out: bf16, fp16
+// or fp32.
+using DType = ElemType;
 
 enum class RecipeKind {
   none,       // high precision: the reference path
@@ -160,9 +166,8 @@ struct Spec {
 //   fp8_output_consumer(spec, *spec.find_layer(consumer.input)) == &consumer.
 const Layer* fp8_output_consumer(const Spec& spec, const Layer& producer);
 
-// Names of enum values as written in the language.
-std::string_view to_string(Fp8Format);
-std::string_view to_string(DType);
+// Names of enum values as written in the language (ElemType's, which are
+// also its words, is in elem_type.hpp).
 std::string_view to_string(RecipeKind);
 std::string_view to_string(AmaxAlgo);
 std::string_view to_string(ScaleForm);

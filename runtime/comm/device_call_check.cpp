@@ -11,12 +11,11 @@ namespace fp8c::runtime {
 using collectives::CollectiveCall;
 using collectives::CollectiveError;
 using collectives::CollectiveKind;
-using collectives::DType;
 using collectives::FailureKind;
 using collectives::ReduceOp;
 
-CollectiveCall CallSequence::next(CollectiveKind kind, std::size_t count, DType dtype, ReduceOp op,
-                                  int root) {
+CollectiveCall CallSequence::next(CollectiveKind kind, std::size_t count, ElemType dtype,
+                                  ReduceOp op, int root) {
   CollectiveCall call;
   call.kind = kind;
   call.count = count;
@@ -41,11 +40,10 @@ class Check {
   // Bytes of one rank's block; refuses invalid enums and sizes that overflow
   // (the largest buffer is size blocks).
   std::uint64_t block_bytes() const {
-    if (!collectives::is_valid_dtype(static_cast<std::uint8_t>(call_.dtype)))
-      fail("invalid dtype value");
+    if (!is_valid_elem_type(static_cast<std::uint8_t>(call_.dtype))) fail("invalid dtype value");
     if (!collectives::is_valid_reduce_op(static_cast<std::uint8_t>(call_.op)))
       fail("invalid reduction op");
-    const std::uint64_t element = collectives::dtype_size(call_.dtype);
+    const std::uint64_t element = element_bytes(call_.dtype);
     const std::uint64_t limit =
         std::numeric_limits<std::uint64_t>::max() / (element * static_cast<std::uint64_t>(size_));
     if (call_.count > limit) fail("count " + std::to_string(call_.count) + " overflows");
@@ -61,9 +59,9 @@ class Check {
 
   void require_reducible() const {
     if (collectives::is_reducible(call_.dtype)) return;
-    fail("reduction on " + std::string(collectives::dtype_name(call_.dtype)) +
-         " is refused: FP8 tensors are only gathered or broadcast; reduce in float32 or "
-         "bfloat16 and quantize afterwards");
+    fail("reduction on " + std::string(to_string(call_.dtype)) +
+         " is refused: FP8 tensors are only gathered or broadcast; reduce in fp32 or "
+         "bf16 and quantize afterwards");
   }
 
   // [a, a + a_bytes) and [b, b + b_bytes) may only overlap when a_at == b_at
@@ -130,7 +128,7 @@ void check_device_call(const CollectiveCall& call, int rank, int size, CUdevicep
 
 void check_element_alignment(const CollectiveCall& call, int rank, int size, CUdeviceptr send,
                              CUdeviceptr recv) {
-  const std::uint64_t element = collectives::dtype_size(call.dtype);
+  const std::uint64_t element = element_bytes(call.dtype);
   if (element <= 1 || call.count == 0) return;
   const bool send_read = call.kind != CollectiveKind::kBroadcast || rank == call.root;
   for (const auto& [pointer, name] : {std::pair{send_read ? send : 0, "send"}, {recv, "recv"}}) {

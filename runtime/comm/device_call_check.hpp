@@ -17,7 +17,7 @@ namespace fp8c::runtime {
 class CallSequence {
  public:
   collectives::CollectiveCall next(collectives::CollectiveKind kind, std::size_t count,
-                                   collectives::DType dtype, collectives::ReduceOp op, int root);
+                                   ElemType dtype, collectives::ReduceOp op, int root);
 
  private:
   std::uint64_t next_ = 0;

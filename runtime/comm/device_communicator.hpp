@@ -29,7 +29,6 @@
 namespace fp8c::runtime {
 
 using collectives::CollectiveError;
-using collectives::DType;
 using collectives::ReduceOp;
 
 class DeviceCommunicator {
@@ -51,13 +50,13 @@ class DeviceCommunicator {
   // must be waited for first. Counts are elements of `dtype`, as in NCCL.
   // Backends may block the calling thread (the single-GPU group does,
   // bounded by timeout()); NCCL does not.
-  virtual void all_gather(CUdeviceptr send, CUdeviceptr recv, std::size_t send_count, DType dtype,
-                          CUstream stream) = 0;
+  virtual void all_gather(CUdeviceptr send, CUdeviceptr recv, std::size_t send_count,
+                          ElemType dtype, CUstream stream) = 0;
   virtual void reduce_scatter(CUdeviceptr send, CUdeviceptr recv, std::size_t recv_count,
-                              DType dtype, ReduceOp op, CUstream stream) = 0;
-  virtual void all_reduce(CUdeviceptr send, CUdeviceptr recv, std::size_t count, DType dtype,
+                              ElemType dtype, ReduceOp op, CUstream stream) = 0;
+  virtual void all_reduce(CUdeviceptr send, CUdeviceptr recv, std::size_t count, ElemType dtype,
                           ReduceOp op, CUstream stream) = 0;
-  virtual void broadcast(CUdeviceptr send, CUdeviceptr recv, std::size_t count, DType dtype,
+  virtual void broadcast(CUdeviceptr send, CUdeviceptr recv, std::size_t count, ElemType dtype,
                          int root, CUstream stream) = 0;
 
   // Waits until everything enqueued on `stream` (collectives included) has

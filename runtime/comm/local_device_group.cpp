@@ -64,7 +64,7 @@ class LocalDeviceCommunicator final : public DeviceCommunicator {
 
   std::string_view backend_name() const override { return "single-gpu"; }
 
-  void all_gather(CUdeviceptr send, CUdeviceptr recv, std::size_t send_count, DType dtype,
+  void all_gather(CUdeviceptr send, CUdeviceptr recv, std::size_t send_count, ElemType dtype,
                   CUstream stream) override {
     const CollectiveCall call =
         sequence_.next(CollectiveKind::kAllGather, send_count, dtype, ReduceOp::kSum, 0);
@@ -79,7 +79,7 @@ class LocalDeviceCommunicator final : public DeviceCommunicator {
     });
   }
 
-  void reduce_scatter(CUdeviceptr send, CUdeviceptr recv, std::size_t recv_count, DType dtype,
+  void reduce_scatter(CUdeviceptr send, CUdeviceptr recv, std::size_t recv_count, ElemType dtype,
                       ReduceOp op, CUstream stream) override {
     const CollectiveCall call =
         sequence_.next(CollectiveKind::kReduceScatter, recv_count, dtype, op, 0);
@@ -95,8 +95,8 @@ class LocalDeviceCommunicator final : public DeviceCommunicator {
     });
   }
 
-  void all_reduce(CUdeviceptr send, CUdeviceptr recv, std::size_t count, DType dtype, ReduceOp op,
-                  CUstream stream) override {
+  void all_reduce(CUdeviceptr send, CUdeviceptr recv, std::size_t count, ElemType dtype,
+                  ReduceOp op, CUstream stream) override {
     const CollectiveCall call = sequence_.next(CollectiveKind::kAllReduce, count, dtype, op, 0);
     run(call, send, recv, stream, [&] {
       // Reduce once into rank 0's recv, then copy it to the other ranks'
@@ -113,7 +113,7 @@ class LocalDeviceCommunicator final : public DeviceCommunicator {
     });
   }
 
-  void broadcast(CUdeviceptr send, CUdeviceptr recv, std::size_t count, DType dtype, int root,
+  void broadcast(CUdeviceptr send, CUdeviceptr recv, std::size_t count, ElemType dtype, int root,
                  CUstream stream) override {
     const CollectiveCall call =
         sequence_.next(CollectiveKind::kBroadcast, count, dtype, ReduceOp::kSum, root);
@@ -199,7 +199,7 @@ class LocalDeviceCommunicator final : public DeviceCommunicator {
   }
   CUstream group_stream() const { return state_->stream.get(); }
   static std::uint64_t block_bytes(const CollectiveCall& call) {
-    return call.count * collectives::dtype_size(call.dtype);
+    return call.count * element_bytes(call.dtype);
   }
 
   std::shared_ptr<LocalGroupState> state_;

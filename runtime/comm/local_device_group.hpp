@@ -8,7 +8,7 @@
 //   LocalDeviceGroup group(4, std::chrono::seconds(30), jit);  // context current
 //   // on rank r's thread, after device.make_current():
 //   std::unique_ptr<DeviceCommunicator> comm = group.communicator(r);
-//   comm->all_reduce(x, x, n, DType::kFloat32, ReduceOp::kMax, stream);
+//   comm->all_reduce(x, x, n, ElemType::fp32, ReduceOp::kMax, stream);
 //
 // Stream and synchronisation scheme (correctness first; performance is
 // secondary in this mode). A collective on rank r:

@@ -249,7 +249,7 @@ void NcclCommunicator::enqueue(const CollectiveCall& call, CUdeviceptr send, CUd
 }
 
 void NcclCommunicator::all_gather(CUdeviceptr send, CUdeviceptr recv, std::size_t send_count,
-                                  DType dtype, CUstream stream) {
+                                  ElemType dtype, CUstream stream) {
   const CollectiveCall call =
       sequence_.next(CollectiveKind::kAllGather, send_count, dtype, ReduceOp::kSum, 0);
   enqueue(call, send, recv, stream, [&](ncclComm_t comm) {
@@ -259,7 +259,7 @@ void NcclCommunicator::all_gather(CUdeviceptr send, CUdeviceptr recv, std::size_
 }
 
 void NcclCommunicator::reduce_scatter(CUdeviceptr send, CUdeviceptr recv, std::size_t recv_count,
-                                      DType dtype, ReduceOp op, CUstream stream) {
+                                      ElemType dtype, ReduceOp op, CUstream stream) {
   const CollectiveCall call =
       sequence_.next(CollectiveKind::kReduceScatter, recv_count, dtype, op, 0);
   enqueue(call, send, recv, stream, [&](ncclComm_t comm) {
@@ -270,7 +270,7 @@ void NcclCommunicator::reduce_scatter(CUdeviceptr send, CUdeviceptr recv, std::s
 }
 
 void NcclCommunicator::all_reduce(CUdeviceptr send, CUdeviceptr recv, std::size_t count,
-                                  DType dtype, ReduceOp op, CUstream stream) {
+                                  ElemType dtype, ReduceOp op, CUstream stream) {
   const CollectiveCall call = sequence_.next(CollectiveKind::kAllReduce, count, dtype, op, 0);
   enqueue(call, send, recv, stream, [&](ncclComm_t comm) {
     return api_.ncclAllReduce(address(send), mutable_address(recv), count,
@@ -279,8 +279,8 @@ void NcclCommunicator::all_reduce(CUdeviceptr send, CUdeviceptr recv, std::size_
   });
 }
 
-void NcclCommunicator::broadcast(CUdeviceptr send, CUdeviceptr recv, std::size_t count, DType dtype,
-                                 int root, CUstream stream) {
+void NcclCommunicator::broadcast(CUdeviceptr send, CUdeviceptr recv, std::size_t count,
+                                 ElemType dtype, int root, CUstream stream) {
   const CollectiveCall call =
       sequence_.next(CollectiveKind::kBroadcast, count, dtype, ReduceOp::kSum, root);
   enqueue(call, send, recv, stream, [&](ncclComm_t comm) {

@@ -51,13 +51,13 @@ class NcclCommunicator final : public DeviceCommunicator {
   int nccl_version() const;
   const Device& device() const { return device_; }
 
-  void all_gather(CUdeviceptr send, CUdeviceptr recv, std::size_t send_count, DType dtype,
+  void all_gather(CUdeviceptr send, CUdeviceptr recv, std::size_t send_count, ElemType dtype,
                   CUstream stream) override;
-  void reduce_scatter(CUdeviceptr send, CUdeviceptr recv, std::size_t recv_count, DType dtype,
+  void reduce_scatter(CUdeviceptr send, CUdeviceptr recv, std::size_t recv_count, ElemType dtype,
                       ReduceOp op, CUstream stream) override;
-  void all_reduce(CUdeviceptr send, CUdeviceptr recv, std::size_t count, DType dtype, ReduceOp op,
-                  CUstream stream) override;
-  void broadcast(CUdeviceptr send, CUdeviceptr recv, std::size_t count, DType dtype, int root,
+  void all_reduce(CUdeviceptr send, CUdeviceptr recv, std::size_t count, ElemType dtype,
+                  ReduceOp op, CUstream stream) override;
+  void broadcast(CUdeviceptr send, CUdeviceptr recv, std::size_t count, ElemType dtype, int root,
                  CUstream stream) override;
   void synchronize(CUstream stream) override;
   void abort(const std::string& reason) noexcept override;

@@ -8,7 +8,6 @@
 
 namespace fp8c::runtime {
 
-using collectives::DType;
 using collectives::ReduceOp;
 
 std::vector<std::string> nccl_library_names() {
@@ -68,26 +67,27 @@ bool nccl_has_fp8(int version) {
   return version >= kFirstNcclVersionWithFp8;
 }
 
-ncclDataType_t nccl_data_type(DType dtype, int version) {
+ncclDataType_t nccl_data_type(ElemType dtype, int version) {
   switch (dtype) {
-    case DType::kFloat32:
+    case ElemType::fp32:
       return ncclFloat32;
-    case DType::kBFloat16:
+    case ElemType::bf16:
       return ncclBfloat16;
-    case DType::kFloat16:
+    case ElemType::fp16:
       return ncclFloat16;
-    case DType::kFloat8E4M3:
+    case ElemType::e4m3:
       return nccl_has_fp8(version) ? ncclFloat8e4m3 : ncclUint8;
-    case DType::kFloat8E5M2:
+    case ElemType::e5m2:
       return nccl_has_fp8(version) ? ncclFloat8e5m2 : ncclUint8;
-    case DType::kUInt8:
+    case ElemType::e8m0:  // scale codes: only moved, as bytes
+    case ElemType::u8:
       return ncclUint8;
-    case DType::kInt32:
+    case ElemType::i32:
       return ncclInt32;
-    case DType::kFloat64:
+    case ElemType::fp64:
       return ncclFloat64;
   }
-  throw std::invalid_argument("nccl_data_type: invalid dtype");
+  throw std::invalid_argument("nccl_data_type: invalid dtype " + std::string(to_string(dtype)));
 }
 
 ncclRedOp_t nccl_reduce_op(ReduceOp op) {

@@ -65,8 +65,9 @@ bool nccl_has_fp8(int version);
 
 // The ncclDataType_t moving `dtype` on a library of `version`. Before
 // 2.24.3, FP8 travels as ncclUint8: right for gathers and broadcasts, the
-// only collectives FP8 takes part in.
-ncclDataType_t nccl_data_type(collectives::DType dtype, int version);
+// only collectives FP8 takes part in. E8M0 scale codes always travel as
+// ncclUint8 (NCCL has no such type; they are only moved too).
+ncclDataType_t nccl_data_type(ElemType dtype, int version);
 
 ncclRedOp_t nccl_reduce_op(collectives::ReduceOp op);
 

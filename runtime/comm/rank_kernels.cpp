@@ -8,34 +8,12 @@
 namespace fp8c::runtime {
 namespace {
 
-using collectives::DType;
 using collectives::ReduceOp;
 
-constexpr ReduceElement kElements[] = {ReduceElement::f32, ReduceElement::bf16, ReduceElement::f16,
-                                       ReduceElement::f64, ReduceElement::i32,  ReduceElement::u8};
+// Every reducible element type, in the order all_rank_reduce_kernels() lists them.
+constexpr ElemType kElements[] = {ElemType::fp32, ElemType::bf16, ElemType::fp16,
+                                  ElemType::fp64, ElemType::i32,  ElemType::u8};
 constexpr RankReduceOp kOps[] = {RankReduceOp::sum, RankReduceOp::max};
-
-ReduceElement reduce_element(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return ReduceElement::f32;
-    case DType::kBFloat16:
-      return ReduceElement::bf16;
-    case DType::kFloat16:
-      return ReduceElement::f16;
-    case DType::kFloat64:
-      return ReduceElement::f64;
-    case DType::kInt32:
-      return ReduceElement::i32;
-    case DType::kUInt8:
-      return ReduceElement::u8;
-    case DType::kFloat8E4M3:
-    case DType::kFloat8E5M2:
-      break;
-  }
-  throw std::invalid_argument("rank reduction: " + std::string(collectives::dtype_name(dtype)) +
-                              " is never reduced");
-}
 
 // Enough blocks to fill an H200 several times over; the kernels grid-stride
 // past that.
@@ -55,13 +33,16 @@ void require_count(int value, const char* what) {
 
 }  // namespace
 
-RankReduceKernel rank_reduce_kernel(DType dtype, ReduceOp op) {
-  return {reduce_element(dtype), op == ReduceOp::kMax ? RankReduceOp::max : RankReduceOp::sum};
+RankReduceKernel rank_reduce_kernel(ElemType dtype, ReduceOp op) {
+  if (!collectives::is_reducible(dtype))
+    throw std::invalid_argument("rank reduction: " + std::string(to_string(dtype)) +
+                                " is never reduced");
+  return {dtype, op == ReduceOp::kMax ? RankReduceOp::max : RankReduceOp::sum};
 }
 
 std::vector<RankReduceKernel> all_rank_reduce_kernels() {
   std::vector<RankReduceKernel> all;
-  for (const ReduceElement element : kElements)
+  for (const ElemType element : kElements)
     for (const RankReduceOp op : kOps) all.push_back({element, op});
   return all;
 }
@@ -83,7 +64,7 @@ RankKernels::RankKernels(const Jit& jit) {
   copy_.push_back(load(std::move(compiled.back())));
 }
 
-void RankKernels::reduce(DType dtype, ReduceOp op, const RankPointerTable& inputs, int ranks,
+void RankKernels::reduce(ElemType dtype, ReduceOp op, const RankPointerTable& inputs, int ranks,
                          std::uint64_t input_stride, const RankPointerTable& outputs,
                          int output_count, std::uint64_t count, CUstream stream) const {
   require_count(ranks, "input count");

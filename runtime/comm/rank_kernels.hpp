@@ -22,7 +22,7 @@ static_assert(sizeof(RankPointerTable) == 8 * kRankMaxRanks);
 
 // The kernel description for a reducible collectives dtype and op; throws
 // std::invalid_argument for FP8.
-RankReduceKernel rank_reduce_kernel(collectives::DType dtype, collectives::ReduceOp op);
+RankReduceKernel rank_reduce_kernel(ElemType dtype, collectives::ReduceOp op);
 
 // Every variant the group may need: 6 element types x 2 ops.
 std::vector<RankReduceKernel> all_rank_reduce_kernels();
@@ -35,9 +35,9 @@ class RankKernels {
 
   // outputs[j][i] = reduction over r < ranks of inputs[r][j * input_stride + i],
   // for j < output_count and i < count (elements of dtype).
-  void reduce(collectives::DType dtype, collectives::ReduceOp op, const RankPointerTable& inputs,
-              int ranks, std::uint64_t input_stride, const RankPointerTable& outputs,
-              int output_count, std::uint64_t count, CUstream stream) const;
+  void reduce(ElemType dtype, collectives::ReduceOp op, const RankPointerTable& inputs, int ranks,
+              std::uint64_t input_stride, const RankPointerTable& outputs, int output_count,
+              std::uint64_t count, CUstream stream) const;
 
   // For y < destination_count, z < source_count: copies `bytes` from
   // sources[z] to destinations[y] + z * destination_stride, skipping copies

@@ -23,17 +23,11 @@ namespace coll = fp8c::collectives;
 const std::vector<Replacement> kNoReplacements;
 const ChainReplacements kNoChainReplacements;
 
-coll::DType coll_dtype(ElemType t) {
-  switch (t) {
-    case ElemType::bf16:
-      return coll::DType::kBFloat16;
-    case ElemType::fp16:
-      return coll::DType::kFloat16;
-    case ElemType::fp32:
-      return coll::DType::kFloat32;
-    default:
-      throw ExecutorError("cpu executor: high-precision reduction of an FP8 tensor");
-  }
+// The type of a tensor summed over ranks: high precision only.
+ElemType summed_type(ElemType t) {
+  if (!is_high_precision(t))
+    throw ExecutorError("cpu executor: high-precision reduction of an FP8 tensor");
+  return t;
 }
 
 // This rank's block of a global row-major [g0][g1] matrix under `dims`.
@@ -200,7 +194,7 @@ class RankExecutor {
       throw ExecutorError("cpu executor: layer '" + layer_.name + "': NaN in " +
                           plan_.tensor(q.src).name + " (recipe nan = error)");
     const int first = q.rowwise != kNoTensor ? q.rowwise : q.columnwise;
-    const auto fmt = fp8_format(plan_.tensor(first).type);
+    const ElemType fmt = plan_.tensor(first).type;
     // The per-tensor scale: delayed reads it, current derives it from the
     // (group-reduced) amax.
     float scale = 1.0f;
@@ -314,7 +308,7 @@ class RankExecutor {
       throw ExecutorError("cpu executor: all_gather of " + plan_.tensor(in).name +
                           " into a buffer of the wrong size");
     // Raw bytes: rank i's block lands at i * send bytes (outermost dim).
-    comm_.all_gather(send.data(), recv.data(), send.size(), coll::DType::kUInt8);
+    comm_.all_gather(send.data(), recv.data(), send.size(), ElemType::u8);
     store_.mark_written(out);
   }
 
@@ -339,7 +333,7 @@ class RankExecutor {
         d.history.assign(std::max<std::uint32_t>(1, layer_.recipe.history), 0.0f);
       std::rotate(d.history.rbegin(), d.history.rbegin() + 1, d.history.rend());
       d.history[0] = store_.scalar(entry.amax);
-      d.scale = numerics::delayed_scaling_update(d.history, rule, fp8_format(dt.format),
+      d.scale = numerics::delayed_scaling_update(d.history, rule, dt.format,
                                                  static_cast<int>(layer_.recipe.margin), d.scale);
       store_.set_scalar(entry.next_scale, d.scale);
     }
@@ -348,7 +342,7 @@ class RankExecutor {
   void sum(int in, int out, bool scatter) {
     const Tensor& i = plan_.tensor(in);
     const Tensor& o = plan_.tensor(out);
-    const auto dt = coll_dtype(i.type);
+    const auto dt = summed_type(i.type);
     if (scatter)
       comm_.reduce_scatter(store_.bytes(in).data(), store_.bytes(out).data(), o.elements(), dt,
                            coll::ReduceOp::kSum);
@@ -366,7 +360,7 @@ class RankExecutor {
                    },
                    [&](const AmaxAllReduceStep& s) {
                      float v = store_.scalar(s.in), r = 0.0f;
-                     comm_.all_reduce(&v, &r, 1, coll::DType::kFloat32, coll::ReduceOp::kMax);
+                     comm_.all_reduce(&v, &r, 1, ElemType::fp32, coll::ReduceOp::kMax);
                      store_.set_scalar(s.out, r);
                    },
                    [&](const QuantizeStep& s) { quantize(s, e); },
@@ -441,7 +435,7 @@ void fill_external_tensors(const Layer& layer, TensorStore& store, const LayerSt
   // delayed scale): stand in for the producer by quantizing X here.
   if (io.x_fp8 != kNoTensor && !d.x.empty()) {
     std::vector<float> x = shard(d.x, layer.in, plan.tensor(io.x_fp8).dims, rank);
-    for (auto& v : x) v = round_to(elem_type(layer.dtype), v);
+    for (auto& v : x) v = round_to(layer.dtype, v);
     quantize_to(store, io.x_fp8, x, store.scalar(plan.tensor(io.x_fp8).scale), false);
     if (io.x_amax != kNoTensor) store.set_scalar(io.x_amax, numerics::amax(x));
   }
@@ -481,7 +475,7 @@ RankStepResult collect_step_result(const Layer&, const TensorStore& store, const
 LayerData random_layer_data(const Layer& layer, std::uint64_t tokens, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  const ElemType t = elem_type(layer.dtype);
+  const ElemType t = layer.dtype;
   auto fill = [&](std::size_t n) {
     std::vector<float> v(n);
     for (auto& x : v) x = round_to(t, u(rng));

@@ -106,14 +106,10 @@ float load_scale_inv(const TensorStore& store, const Tensor& scale, std::size_t 
 
 }  // namespace
 
-numerics::Fp8Format fp8_format(ElemType type) {
-  return type == ElemType::e4m3 ? numerics::Fp8Format::e4m3 : numerics::Fp8Format::e5m2;
-}
-
 QuantizeStats quantize_to(TensorStore& store, int id, std::span<const float> logical, float scale,
                           bool pow2) {
   const Tensor& t = store.tensor(id);
-  const auto fmt = fp8_format(t.type);
+  const ElemType fmt = require_fp8(t.type, "cpu executor: " + t.name);
   const Layout L(t, store.plan().ranks);
   if (L.segmented_inner) throw std::logic_error("cpu executor: quantize into segmented " + t.name);
   const std::size_t cols = t.dims[1].local;
@@ -173,7 +169,7 @@ QuantizeStats quantize_to(TensorStore& store, int id, std::span<const float> log
 
 std::vector<float> decode(const TensorStore& store, int id, bool apply_tensor_scale) {
   const Tensor& t = store.tensor(id);
-  const auto fmt = fp8_format(t.type);
+  const ElemType fmt = require_fp8(t.type, "cpu executor: " + t.name);
   const Layout L(t, store.plan().ranks);
   const std::size_t cols = t.dims[1].local;
   std::vector<float> out(t.elements());

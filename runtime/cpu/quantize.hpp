@@ -15,8 +15,6 @@
 
 namespace fp8c::cpu {
 
-numerics::Fp8Format fp8_format(ElemType type);
-
 struct QuantizeStats {
   float amax = 0.0f;
   std::uint64_t underflows = 0;  // non-zero values that became zero

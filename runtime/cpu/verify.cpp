@@ -462,7 +462,7 @@ void verify_chains(const Spec& spec, const Plan& plan_n, const Plan& plan_1,
 
 double float64_bound(const Layer& layer, const LayerPlan& plan, const std::string& tensor,
                      double z_over_y) {
-  const double ud = unit_roundoff(elem_type(layer.dtype));
+  const double ud = unit_roundoff(layer.dtype);
   const double u32 = unit_roundoff(ElemType::fp32);
   const bool db = tensor == "db";
   const GemmRole role = tensor == "dx"   ? GemmRole::dgrad
@@ -501,10 +501,9 @@ double float64_bound(const Layer& layer, const LayerPlan& plan, const std::strin
   if (id != kNoTensor && trace_output(plan, id).summed_partial != kNoTensor)
     sum = (2.0 * plan.ranks - 1) * ud;
   // The store: the layer dtype, or an FP8 output's format.
-  const double store =
-      id != kNoTensor && plan.tensor(id).is_fp8()
-          ? unit_roundoff(plan.tensor(id).type)
-          : unit_roundoff(id != kNoTensor ? plan.tensor(id).type : elem_type(layer.dtype));
+  const double store = id != kNoTensor && plan.tensor(id).is_fp8()
+                           ? unit_roundoff(plan.tensor(id).type)
+                           : unit_roundoff(id != kNoTensor ? plan.tensor(id).type : layer.dtype);
   if (db) return sum + 2 * ud + accumulation;  // a column sum of dz given z
   const double before_store = gemm + sum + accumulation;
   if (tensor == "z") return before_store + store;

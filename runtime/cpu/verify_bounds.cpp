@@ -50,12 +50,18 @@ double unit_roundoff(ElemType type) {
       return 0x1p-3;
     case ElemType::e8m0:
       return 0.5;
+    case ElemType::fp64:
+      return 0x1p-53;
+    case ElemType::i32:
+    case ElemType::u8:
+      break;
   }
-  return 0.0;
+  throw std::invalid_argument("unit_roundoff: " + std::string(to_string(type)) +
+                              " is not a floating-point type");
 }
 
 double fp8_subnormal_half_step(ElemType type) {
-  return type == ElemType::e5m2 ? 0x1p-17 : 0x1p-10;
+  return require_fp8(type, "fp8_subnormal_half_step") == ElemType::e5m2 ? 0x1p-17 : 0x1p-10;
 }
 
 double activation_lipschitz(Activation a) {
@@ -140,7 +146,7 @@ std::vector<double> store_bound(const OutputOrigin& o, ElemType stored,
   const double u32 = unit_roundoff(ElemType::fp32);
   const std::size_t n = d.before_store.size();
   std::vector<double> bound(n);
-  const bool fp8 = stored == ElemType::e4m3 || stored == ElemType::e5m2;
+  const bool fp8 = is_fp8(stored);
   // One rounding per side at the store: to the stored type, or for an FP8
   // output to its format (plus the absolute subnormal step, scaled back).
   const double us = unit_roundoff(stored);

@@ -30,10 +30,6 @@ constexpr std::size_t kWorkspaces = 4;
 // Forms are few (a handful per layer); a runaway caller only costs a re-query.
 constexpr std::size_t kMaxPlans = 1024;
 
-bool is_fp8(ElemType t) {
-  return t == ElemType::e4m3 || t == ElemType::e5m2;
-}
-
 cudaDataType_t cuda_type(ElemType t) {
   switch (t) {
     case ElemType::bf16:
@@ -47,6 +43,9 @@ cudaDataType_t cuda_type(ElemType t) {
     case ElemType::e5m2:
       return CUDA_R_8F_E5M2;
     case ElemType::e8m0:
+    case ElemType::fp64:
+    case ElemType::i32:
+    case ElemType::u8:
       break;
   }
   throw std::invalid_argument("cuBLASLt GEMM: no CUDA data type for " + std::string(to_string(t)));

@@ -7,9 +7,6 @@ namespace {
 
 using Problem = std::optional<std::string>;
 
-bool is_fp8(ElemType t) {
-  return t == ElemType::e4m3 || t == ElemType::e5m2;
-}
 bool is_block(Scaling s) {
   return s == Scaling::block_1x128 || s == Scaling::block_128x128;
 }

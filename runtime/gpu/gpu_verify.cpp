@@ -98,7 +98,7 @@ std::vector<double> gemm_difference(const Layer& layer, const LayerPlan& plan, c
   // Block-scaled operands the GPU dequantized to the layer dtype first: one
   // more rounding of each operand (codegen/lower).
   const bool dequantized = a.block_scaled() || plan.tensor(g.b).block_scaled();
-  const double ud = cpu::unit_roundoff(elem_type(layer.dtype));
+  const double ud = cpu::unit_roundoff(layer.dtype);
   // FP8 operands the tensor cores read: their FP8 MMA aligns each group of
   // products to its largest exponent and keeps about 14 bits (DeepSeek-V3,
   // section 3.3.2) before cuBLASLt promotes to fp32. Measured on the H200
@@ -200,7 +200,7 @@ void compare_rank(cpu::VerifyReport& report, const Layer& layer, const LayerPlan
   if (plan.io.y_scale != kNoTensor)
     if (const auto& s = logical(cpu, plan.tensor(plan.io.y_scale).name); !s.empty() && s[0] != 0)
       scale_inv = 1.0 / std::fabs(double(s[0]));
-  const double ud = cpu::unit_roundoff(elem_type(layer.dtype));
+  const double ud = cpu::unit_roundoff(layer.dtype);
   for (const Field& f : fields_of(layer, plan)) {
     const int id = plan.io.*f.io;
     const cpu::OutputOrigin o = cpu::trace_output(plan, id);
@@ -464,7 +464,7 @@ cpu::VerifyReport verify_rank_on_gpu(const Spec& spec, const cpu::VerifyOptions&
           if (local.empty()) return all;
           DeviceBuffer send(local.size() * 4), recv(all.size() * 4);
           send.upload(local.data(), local.size() * 4);
-          comm.all_gather(send.get(), recv.get(), local.size(), DType::kFloat32, stream.get());
+          comm.all_gather(send.get(), recv.get(), local.size(), ElemType::fp32, stream.get());
           comm.synchronize(stream.get());
           recv.download(all.data(), all.size() * 4);
           return all;

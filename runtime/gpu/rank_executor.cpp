@@ -12,17 +12,10 @@
 namespace fp8c::runtime {
 namespace {
 
-DType collective_dtype(ElemType t) {
-  switch (t) {
-    case ElemType::bf16:
-      return DType::kBFloat16;
-    case ElemType::fp16:
-      return DType::kFloat16;
-    case ElemType::fp32:
-      return DType::kFloat32;
-    default:
-      throw ExecutorError("gpu executor: a sum over ranks of an FP8 tensor");
-  }
+// The type of a tensor summed over ranks: high precision only.
+ElemType summed_type(ElemType t) {
+  if (!is_high_precision(t)) throw ExecutorError("gpu executor: a sum over ranks of an FP8 tensor");
+  return t;
 }
 
 std::size_t round_up(std::size_t v, std::size_t to) {
@@ -259,7 +252,7 @@ void GpuRankExecutor::check_nan() {
   if (r_.comm.size() > 1) {
     const CUdeviceptr d = scratch_.get() + scratch_.bytes() - 8;
     copy_to_device(d, &flag, 4);
-    r_.comm.all_reduce(d, d, 1, DType::kFloat32, ReduceOp::kMax, r_.stream);
+    r_.comm.all_reduce(d, d, 1, ElemType::fp32, ReduceOp::kMax, r_.stream);
     r_.comm.synchronize(r_.stream);
     FP8C_CU(driver().cuMemcpyDtoH(&flag, d, 4));
   }
@@ -506,26 +499,25 @@ void GpuRankExecutor::collective(const Step& step) {
   std::visit(
       Overloaded{
           [&](const AmaxAllReduceStep& s) {
-            comm.all_reduce(at(s.in), at(s.out), 1, DType::kFloat32, ReduceOp::kMax, r_.stream);
+            comm.all_reduce(at(s.in), at(s.out), 1, ElemType::fp32, ReduceOp::kMax, r_.stream);
           },
           // Raw bytes: rank i's block lands at i * its size (outermost dim).
           [&](const AllGatherStep& s) {
-            comm.all_gather(at(s.in), at(s.out), plan_.tensor(s.in).bytes(), DType::kUInt8,
+            comm.all_gather(at(s.in), at(s.out), plan_.tensor(s.in).bytes(), ElemType::u8,
                             r_.stream);
             if (s.scales_in != kNoTensor)
               comm.all_gather(at(s.scales_in), at(s.scales_out), plan_.tensor(s.scales_in).bytes(),
-                              DType::kUInt8, r_.stream);
+                              ElemType::u8, r_.stream);
           },
           [&](const ReduceScatterStep& s) {
             const Tensor& out = plan_.tensor(s.out);
             comm.reduce_scatter(at(s.in), at(s.out), out.elements(),
-                                collective_dtype(plan_.tensor(s.in).type), ReduceOp::kSum,
-                                r_.stream);
+                                summed_type(plan_.tensor(s.in).type), ReduceOp::kSum, r_.stream);
           },
           [&](const AllReduceStep& s) {
             const Tensor& out = plan_.tensor(s.out);
             comm.all_reduce(at(s.in), at(s.out), out.elements(),
-                            collective_dtype(plan_.tensor(s.in).type), ReduceOp::kSum, r_.stream);
+                            summed_type(plan_.tensor(s.in).type), ReduceOp::kSum, r_.stream);
           },
           [&](const auto&) { throw std::logic_error("gpu executor: not a collective"); },
       },

@@ -37,7 +37,7 @@ void quantize_usage(const BlockQuantizeKernel& k, const void* x, std::int64_t ro
     return columnwise ? load_element(k.input, x, n * cols + o)
                       : load_element(k.input, x, o * cols + n);
   };
-  const auto fmt = numerics_format(k.format);
+  const ElemType fmt = require_fp8(k.format, "reference_block_quantize");
   const Blocks b = blocks_of(k.scaling);
   const std::int64_t outer_blocks = ceil_div(outer, b.outer),
                      inner_blocks = ceil_div(inner, b.inner);

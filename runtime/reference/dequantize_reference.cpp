@@ -38,7 +38,7 @@ std::int64_t dequantize_scale_count(const DequantizeKernel& k, const DequantizeL
 DequantizeResult reference_dequantize(const DequantizeKernel& k, const std::uint8_t* data,
                                       const void* block_scales, float tensor_scale,
                                       const DequantizeLayout& L) {
-  const auto fmt = numerics_format(k.format);
+  const ElemType fmt = require_fp8(k.format, "reference_dequantize");
   const Blocks b = blocks_of(k.scaling);
   const std::int64_t seg_len = L.inner / L.segments;
   const std::int64_t seg_blocks = ceil_div(seg_len, b.inner);

@@ -1,6 +1,5 @@
 // What every CPU reference reads its inputs with: one high-precision element
-// of a raw buffer (bf16/fp16 bits or fp32) as a float, exactly; and the
-// Spec's FP8 format as codegen/numerics names it.
+// of a raw buffer (bf16/fp16 bits or fp32) as a float, exactly.
 #pragma once
 
 #include <cstdint>
@@ -11,10 +10,6 @@
 #include "codegen/plan/plan.hpp"
 
 namespace fp8c::runtime {
-
-constexpr numerics::Fp8Format numerics_format(Fp8Format f) {
-  return f == Fp8Format::e4m3 ? numerics::Fp8Format::e4m3 : numerics::Fp8Format::e5m2;
-}
 
 inline float load_element(ElemType type, const void* data, std::int64_t i) {
   const auto* bytes = static_cast<const unsigned char*>(data);

@@ -56,10 +56,8 @@ EpilogueResult reference_epilogue(const EpilogueKernel& k, const void* x, const 
       if (k.amax)
         r.amax_bits = std::max(r.amax_bits, std::bit_cast<std::uint32_t>(v) & 0x7FFFFFFFu);
       if (fp8)
-        r.out[static_cast<std::size_t>(i)] = numerics::float_to_fp8(
-            v * scale,
-            k.output == ElemType::e4m3 ? numerics::Fp8Format::e4m3 : numerics::Fp8Format::e5m2,
-            numerics::Saturation::satfinite);
+        r.out[static_cast<std::size_t>(i)] =
+            numerics::float_to_fp8(v * scale, k.output, numerics::Saturation::satfinite);
       else
         store_element(out_type, r.out.data(), i, v);
     }

@@ -12,22 +12,22 @@
 #include <cstdint>
 
 #include "codegen/numerics/fp8.hpp"
-#include "fp8c/spec.hpp"
+#include "fp8c/elem_type.hpp"
 #include "runtime/reference/element.hpp"
 
 namespace fp8c::runtime {
 
 inline bool fp8_close_for_dact(std::uint8_t got, std::uint8_t want, float grad, float scale,
-                               Fp8Format format) {
+                               ElemType format) {
   if (got == want) return true;
-  const auto f = numerics_format(format);
-  const float a = numerics::fp8_to_float(got, f), b = numerics::fp8_to_float(want, f);
+  require_fp8(format, "fp8_close_for_dact");
+  const float a = numerics::fp8_to_float(got, format), b = numerics::fp8_to_float(want, format);
   if (std::isnan(a) || std::isnan(b)) return false;
   const float larger = std::max(std::fabs(a), std::fabs(b));
   // The grid step at that magnitude: relative for normal values, the
   // subnormal spacing (2^-9 for E4M3, 2^-16 for E5M2) below them.
-  const float relative_step = larger * (format == Fp8Format::e4m3 ? 0.125f : 0.25f);
-  const float subnormal_step = format == Fp8Format::e4m3 ? 0x1p-9f : 0x1p-16f;
+  const float relative_step = larger * (format == ElemType::e4m3 ? 0.125f : 0.25f);
+  const float subnormal_step = format == ElemType::e4m3 ? 0x1p-9f : 0x1p-16f;
   const float step = std::max(relative_step, subnormal_step);
   return std::fabs(a - b) <= 2e-3f * std::fabs(grad) * scale + step;
 }

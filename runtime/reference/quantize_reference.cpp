@@ -20,7 +20,7 @@ QuantizeResult reference_quantize(const QuantizeKernel& k, const void* x, const 
                                   float scale, float amax_in, std::int64_t rows,
                                   std::int64_t cols) {
   QuantizeResult out;
-  const auto format = numerics_format(k.format);
+  const ElemType format = require_fp8(k.format, "reference_quantize");
   out.scale = k.scale_from_amax
                   ? numerics::scale_from_amax(amax_in, format, 1.0f, {0, k.pow2_scale, 0.0f})
                   : scale;

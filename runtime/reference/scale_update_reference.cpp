@@ -20,7 +20,7 @@ ScaleUpdateState reference_scale_update(const ScaleUpdateKernel& k, ScaleUpdateS
     float* h = state.history.data() + t * len;
     for (std::size_t i = len - 1; i > 0; --i) h[i] = h[i - 1];
     h[0] = amax[t];
-    const auto format = numerics_format(k.formats[t]);
+    const ElemType format = require_fp8(k.formats[t], "reference_scale_update");
     state.scale[t] = numerics::delayed_scaling_update(std::span<const float>(h, len), rule, format,
                                                       k.margin, state.scale[t]);
     state.scale_inv[t] = numerics::scale_inverse(state.scale[t]);

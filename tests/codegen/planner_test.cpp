@@ -422,6 +422,29 @@ TEST(Planner, DelayedConsumerTakesChainedFp8Output) {
   EXPECT_EQ(delayed_keys(fc2).front(), "x");
 }
 
+// A Spec made in code may hold any ElemType where the language allows only a
+// subset; the planner refuses it, naming the value.
+TEST(Planner, ElementTypesOutsideTheirSubsetAreRefused) {
+  const Spec spec =
+      spec_text("recipe d = delayed\nlayer a = linear { in = 128 out = 256 recipe = d }\n");
+  Spec bad = spec;
+  bad.layers[0].dtype = ElemType::e4m3;
+  EXPECT_THROW(plan_spec(bad), std::invalid_argument);
+  bad = spec;
+  bad.layers[0].output_dtype = ElemType::fp64;
+  EXPECT_THROW(plan_spec(bad), std::invalid_argument);
+  bad = spec;
+  bad.layers[0].recipe.backward = ElemType::bf16;
+  try {
+    plan_spec(bad);
+    ADD_FAILURE() << "bf16 accepted as a backward format";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "layer 'a' backward format: bf16 is not an FP8 format (e4m3 or e5m2)");
+  }
+  EXPECT_NO_THROW(plan_spec(spec));
+}
+
 TEST(Planner, RecipeNoneHasNoFp8) {
   const Plan plan = plan_spec(testing::example("single_gpu_reference.fp8"));
   for (const auto& l : plan.layers)

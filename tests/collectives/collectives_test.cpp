@@ -28,7 +28,7 @@ class CollectivesTest : public ::testing::TestWithParam<GroupParam> {
   }
 
   // Every rank's input for `dtype`, as all ranks would compute it.
-  std::vector<Bytes> all_inputs(DType dtype, std::size_t count, bool specials) const {
+  std::vector<Bytes> all_inputs(ElemType dtype, std::size_t count, bool specials) const {
     std::vector<Bytes> inputs;
     for (int rank = 0; rank < world(); ++rank) {
       inputs.push_back(rank_input(dtype, rank, world(), count, specials));
@@ -39,11 +39,11 @@ class CollectivesTest : public ::testing::TestWithParam<GroupParam> {
 
 TEST_P(CollectivesTest, AllGatherConcatenatesRankBlocksInRankOrder) {
   constexpr std::size_t kCount = 37;
-  const std::vector<DType> dtypes = {DType::kFloat32,    DType::kBFloat16, DType::kFloat8E4M3,
-                                     DType::kFloat8E5M2, DType::kInt32,    DType::kFloat64};
+  const std::vector<ElemType> dtypes = {ElemType::fp32, ElemType::bf16, ElemType::e4m3,
+                                        ElemType::e5m2, ElemType::i32,  ElemType::fp64};
   std::vector<std::vector<Bytes>> inputs;
   std::vector<Bytes> expected;
-  for (DType dtype : dtypes) {
+  for (ElemType dtype : dtypes) {
     inputs.push_back(all_inputs(dtype, kCount, false));
     expected.emplace_back();
     for (const Bytes& input : inputs.back()) {
@@ -54,7 +54,7 @@ TEST_P(CollectivesTest, AllGatherConcatenatesRankBlocksInRankOrder) {
     for (std::size_t d = 0; d < dtypes.size(); ++d) {
       Bytes recv(expected[d].size());
       comm.all_gather(inputs[d][comm.rank()].data(), recv.data(), kCount, dtypes[d]);
-      EXPECT_EQ(recv, expected[d]) << dtype_name(dtypes[d]) << " on rank " << comm.rank();
+      EXPECT_EQ(recv, expected[d]) << to_string(dtypes[d]) << " on rank " << comm.rank();
     }
   });
 }
@@ -79,7 +79,7 @@ TEST_P(CollectivesTest, AllGatherAlongLastDimEqualsUnshardedTensorAfterPermute) 
       }
     }
     std::vector<float> segments(full.size());
-    comm.all_gather(shard.data(), segments.data(), shard.size(), DType::kFloat32);
+    comm.all_gather(shard.data(), segments.data(), shard.size(), ElemType::fp32);
 
     const std::array<std::size_t, 2> shard_shape = {kRows, kLocalCols};
     const SegmentedShape shape =
@@ -109,7 +109,7 @@ TEST_P(CollectivesTest, AllGatherAlongMiddleDimOfThreeDimTensor) {
       }
     }
     std::vector<std::int32_t> segments(full.size()), gathered(full.size());
-    comm.all_gather(shard.data(), segments.data(), shard.size(), DType::kInt32);
+    comm.all_gather(shard.data(), segments.data(), shard.size(), ElemType::i32);
     const std::array<std::size_t, 3> shard_shape = {kA, kLocalB, kC};
     segments_to_dim(segments.data(), gathered.data(),
                     segmented_shape(shard_shape, 1, static_cast<std::size_t>(comm.size())),
@@ -121,13 +121,13 @@ TEST_P(CollectivesTest, AllGatherAlongMiddleDimOfThreeDimTensor) {
 // One case per (op, dtype); max cases carry NaN, signed zeros and ties.
 struct ReductionCase {
   ReduceOp op;
-  DType dtype;
+  ElemType dtype;
 };
 
 std::vector<ReductionCase> reduction_cases() {
   std::vector<ReductionCase> cases;
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
-    for (DType dtype : reducible_dtypes()) cases.push_back({op, dtype});
+    for (ElemType dtype : reducible_dtypes()) cases.push_back({op, dtype});
   }
   return cases;
 }
@@ -147,7 +147,7 @@ TEST_P(CollectivesTest, AllReduceMatchesSerialReferenceBitwise) {
       comm.all_reduce(inputs[i][comm.rank()].data(), recv.data(), kCount, cases[i].dtype,
                       cases[i].op);
       EXPECT_EQ(recv, expected[i]) << reduce_op_name(cases[i].op) << " "
-                                   << dtype_name(cases[i].dtype) << " rank " << comm.rank();
+                                   << to_string(cases[i].dtype) << " rank " << comm.rank();
     }
   });
 }
@@ -168,7 +168,7 @@ TEST_P(CollectivesTest, ReduceScatterGivesRankItsReducedBlockBitwise) {
       Bytes recv(expected.size());
       comm.reduce_scatter(inputs[i][rank].data(), recv.data(), kRecvCount, cases[i].dtype,
                           cases[i].op);
-      EXPECT_EQ(recv, expected) << reduce_op_name(cases[i].op) << " " << dtype_name(cases[i].dtype)
+      EXPECT_EQ(recv, expected) << reduce_op_name(cases[i].op) << " " << to_string(cases[i].dtype)
                                 << " rank " << rank;
     }
   });
@@ -180,7 +180,7 @@ TEST_P(CollectivesTest, SumOrderIsRankOrder) {
   run([&](Communicator& comm) {
     const float mine = comm.rank() == 0 ? 16777216.0f : 1.0f;
     float total = 0.0f;
-    comm.all_reduce(&mine, &total, 1, DType::kFloat32, ReduceOp::kSum);
+    comm.all_reduce(&mine, &total, 1, ElemType::fp32, ReduceOp::kSum);
     EXPECT_EQ(total, 16777216.0f);
   });
 }
@@ -192,7 +192,7 @@ TEST_P(CollectivesTest, BFloat16SumAccumulatesInFloat32AndRoundsOnceToNearestEve
   run([&](Communicator& comm) {
     const std::uint16_t mine = comm.rank() == 0 ? 0x3F80 /* 1.0 */ : 0x3B80 /* 2^-8 */;
     std::uint16_t total = 0;
-    comm.all_reduce(&mine, &total, 1, DType::kBFloat16, ReduceOp::kSum);
+    comm.all_reduce(&mine, &total, 1, ElemType::bf16, ReduceOp::kSum);
     const float exact = 1.0f + static_cast<float>(comm.size() - 1) * 0x1p-8f;
     EXPECT_EQ(total, reference_float_to_bf16(exact)) << "rank " << comm.rank();
     if (comm.size() >= 3) {
@@ -218,7 +218,7 @@ TEST_P(CollectivesTest, ReduceScatterAlongLastDimAfterPrePermute) {
                     segmented_shape(shard_shape, 1, static_cast<std::size_t>(comm.size())),
                     sizeof(float));
     std::vector<float> mine(kRows * kLocalCols);
-    comm.reduce_scatter(segments.data(), mine.data(), mine.size(), DType::kFloat32, ReduceOp::kSum);
+    comm.reduce_scatter(segments.data(), mine.data(), mine.size(), ElemType::fp32, ReduceOp::kSum);
     const float rank_sum = static_cast<float>(comm.size() * (comm.size() - 1) / 2);
     for (std::size_t r = 0; r < kRows; ++r) {
       for (std::size_t c = 0; c < kLocalCols; ++c) {
@@ -235,14 +235,14 @@ TEST_P(CollectivesTest, BroadcastCopiesRootBufferFromEveryRoot) {
   constexpr std::size_t kCount = 19;
   std::vector<Bytes> payloads;
   for (int root = 0; root < world(); ++root) {
-    payloads.push_back(rank_input(DType::kFloat8E4M3, root, world(), kCount, false, 5));
+    payloads.push_back(rank_input(ElemType::e4m3, root, world(), kCount, false, 5));
   }
   run([&](Communicator& comm) {
     for (int root = 0; root < comm.size(); ++root) {
       const Bytes& payload = payloads[static_cast<std::size_t>(root)];
       Bytes recv(kCount, std::byte{0xEE});
       const void* send = comm.rank() == root ? payload.data() : nullptr;
-      comm.broadcast(send, recv.data(), kCount, DType::kFloat8E4M3, root);
+      comm.broadcast(send, recv.data(), kCount, ElemType::e4m3, root);
       EXPECT_EQ(recv, payload) << "root " << root << " rank " << comm.rank();
     }
   });
@@ -251,11 +251,11 @@ TEST_P(CollectivesTest, BroadcastCopiesRootBufferFromEveryRoot) {
 TEST_P(CollectivesTest, InPlaceVariantsAsNcclDefinesThem) {
   constexpr std::size_t kCount = 17;
   const std::size_t n = static_cast<std::size_t>(world());
-  const std::vector<Bytes> gather_inputs = all_inputs(DType::kFloat32, kCount, false);
-  const std::vector<Bytes> scatter_inputs = all_inputs(DType::kBFloat16, kCount * n, false);
-  const std::vector<Bytes> reduce_inputs = all_inputs(DType::kFloat16, kCount, false);
+  const std::vector<Bytes> gather_inputs = all_inputs(ElemType::fp32, kCount, false);
+  const std::vector<Bytes> scatter_inputs = all_inputs(ElemType::bf16, kCount * n, false);
+  const std::vector<Bytes> reduce_inputs = all_inputs(ElemType::fp16, kCount, false);
   const Bytes reduced =
-      expected_reduction(DType::kFloat16, ReduceOp::kSum, reduce_inputs, 0, kCount);
+      expected_reduction(ElemType::fp16, ReduceOp::kSum, reduce_inputs, 0, kCount);
   run([&](Communicator& comm) {
     const auto rank = static_cast<std::size_t>(comm.rank());
     // all_gather in place: send == recv + rank * send_count.
@@ -263,7 +263,7 @@ TEST_P(CollectivesTest, InPlaceVariantsAsNcclDefinesThem) {
     std::memcpy(gathered.data() + rank * kCount * sizeof(float), gather_inputs[rank].data(),
                 kCount * sizeof(float));
     comm.all_gather(gathered.data() + rank * kCount * sizeof(float), gathered.data(), kCount,
-                    DType::kFloat32);
+                    ElemType::fp32);
     Bytes expected_gather;
     for (const Bytes& input : gather_inputs) {
       expected_gather.insert(expected_gather.end(), input.begin(), input.end());
@@ -273,30 +273,30 @@ TEST_P(CollectivesTest, InPlaceVariantsAsNcclDefinesThem) {
     // reduce_scatter in place: recv == send + rank * recv_count.
     Bytes scatter = scatter_inputs[rank];
     std::byte* my_block = scatter.data() + rank * kCount * sizeof(std::uint16_t);
-    comm.reduce_scatter(scatter.data(), my_block, kCount, DType::kBFloat16, ReduceOp::kSum);
+    comm.reduce_scatter(scatter.data(), my_block, kCount, ElemType::bf16, ReduceOp::kSum);
     const Bytes expected_block =
-        expected_reduction(DType::kBFloat16, ReduceOp::kSum, scatter_inputs, rank * kCount, kCount);
+        expected_reduction(ElemType::bf16, ReduceOp::kSum, scatter_inputs, rank * kCount, kCount);
     EXPECT_EQ(Bytes(my_block, my_block + expected_block.size()), expected_block)
         << "reduce_scatter in place, rank " << rank;
 
     // all_reduce in place: send == recv.
     Bytes reduce = reduce_inputs[rank];
-    comm.all_reduce(reduce.data(), reduce.data(), kCount, DType::kFloat16, ReduceOp::kSum);
+    comm.all_reduce(reduce.data(), reduce.data(), kCount, ElemType::fp16, ReduceOp::kSum);
     EXPECT_EQ(reduce, reduced) << "all_reduce in place, rank " << rank;
 
     // broadcast in place on the root: send == recv.
     std::vector<double> values(kCount, static_cast<double>(rank) + 0.25);
-    comm.broadcast(values.data(), values.data(), kCount, DType::kFloat64, comm.size() - 1);
+    comm.broadcast(values.data(), values.data(), kCount, ElemType::fp64, comm.size() - 1);
     EXPECT_EQ(values, std::vector<double>(kCount, static_cast<double>(comm.size() - 1) + 0.25));
   });
 }
 
 TEST_P(CollectivesTest, ZeroCountCollectivesAndBarrierComplete) {
   run([&](Communicator& comm) {
-    comm.all_gather(nullptr, nullptr, 0, DType::kFloat32);
-    comm.reduce_scatter(nullptr, nullptr, 0, DType::kFloat32, ReduceOp::kSum);
-    comm.all_reduce(nullptr, nullptr, 0, DType::kBFloat16, ReduceOp::kMax);
-    comm.broadcast(nullptr, nullptr, 0, DType::kUInt8, 0);
+    comm.all_gather(nullptr, nullptr, 0, ElemType::fp32);
+    comm.reduce_scatter(nullptr, nullptr, 0, ElemType::fp32, ReduceOp::kSum);
+    comm.all_reduce(nullptr, nullptr, 0, ElemType::bf16, ReduceOp::kMax);
+    comm.broadcast(nullptr, nullptr, 0, ElemType::u8, 0);
     comm.barrier();
     EXPECT_FALSE(comm.poisoned());
   });
@@ -311,12 +311,12 @@ TEST_P(CollectivesTest, LongMixedSequenceStaysConsistent) {
       const std::size_t count = 1 + static_cast<std::size_t>(step % 7) * 13;
       std::vector<float> mine(count, static_cast<float>(comm.rank() + step));
       std::vector<float> gathered(count * n);
-      comm.all_gather(mine.data(), gathered.data(), count, DType::kFloat32);
+      comm.all_gather(mine.data(), gathered.data(), count, ElemType::fp32);
       for (std::size_t r = 0; r < n; ++r) {
         ASSERT_EQ(gathered[r * count], static_cast<float>(static_cast<int>(r) + step));
       }
       float amax = static_cast<float>(comm.rank() * step);
-      comm.all_reduce(&amax, &amax, 1, DType::kFloat32, ReduceOp::kMax);
+      comm.all_reduce(&amax, &amax, 1, ElemType::fp32, ReduceOp::kMax);
       ASSERT_EQ(amax, static_cast<float>((comm.size() - 1) * step));
       if (step % 5 == 0) comm.barrier();
     }

@@ -49,7 +49,7 @@ TEST_P(FailureTest, MissingRankTimesOutWithClearErrorOnEveryWaitingRank) {
     std::vector<float> send(8, 1.0f), recv(8 * kSize);
     const auto start = Clock::now();
     try {
-      comm.all_gather(send.data(), recv.data(), send.size(), DType::kFloat32);
+      comm.all_gather(send.data(), recv.data(), send.size(), ElemType::fp32);
     } catch (...) {
       elapsed[static_cast<std::size_t>(comm.rank())] = seconds_since(start);
       throw;
@@ -84,14 +84,14 @@ TEST_P(FailureTest, MismatchedCountFailsOnEveryRankWithoutWaitingForTimeout) {
   const auto failures = run(4, std::chrono::seconds(10), [&](Communicator& comm) {
     const std::size_t count = comm.rank() == 2 ? 8 : 4;
     std::vector<float> data(8, 1.0f);
-    comm.all_reduce(data.data(), data.data(), count, DType::kFloat32, ReduceOp::kSum);
+    comm.all_reduce(data.data(), data.data(), count, ElemType::fp32, ReduceOp::kSum);
   });
   EXPECT_LT(seconds_since(start), 5.0);
   for (int rank = 0; rank < 4; ++rank) {
     const auto error = collective_error_of(failures[static_cast<std::size_t>(rank)]);
     ASSERT_TRUE(error.has_value()) << "rank " << rank;
     EXPECT_EQ(error->kind(), FailureKind::kMismatch) << error->what();
-    EXPECT_THAT(error->what(), HasSubstr("rank 2 called all_reduce #0 (count=8, dtype=float32"));
+    EXPECT_THAT(error->what(), HasSubstr("rank 2 called all_reduce #0 (count=8, dtype=fp32"));
     EXPECT_THAT(error->what(), HasSubstr("but rank 0 called all_reduce #0 (count=4"));
   }
 }
@@ -99,7 +99,7 @@ TEST_P(FailureTest, MismatchedCountFailsOnEveryRankWithoutWaitingForTimeout) {
 TEST_P(FailureTest, MismatchedOpFails) {
   const auto failures = run(2, std::chrono::seconds(10), [&](Communicator& comm) {
     float amax = 1.0f;
-    comm.all_reduce(&amax, &amax, 1, DType::kFloat32,
+    comm.all_reduce(&amax, &amax, 1, ElemType::fp32,
                     comm.rank() == 0 ? ReduceOp::kMax : ReduceOp::kSum);
   });
   for (const auto& failure : failures) {
@@ -115,11 +115,11 @@ TEST_P(FailureTest, MismatchedCollectiveAndDtypeFail) {
   const auto failures = run(4, std::chrono::seconds(10), [&](Communicator& comm) {
     std::vector<float> data(16, 1.0f), out(16);
     if (comm.rank() == 1) {
-      comm.reduce_scatter(data.data(), out.data(), 4, DType::kFloat32, ReduceOp::kSum);
+      comm.reduce_scatter(data.data(), out.data(), 4, ElemType::fp32, ReduceOp::kSum);
     } else if (comm.rank() == 3) {
-      comm.all_gather(data.data(), out.data(), 4, DType::kInt32);
+      comm.all_gather(data.data(), out.data(), 4, ElemType::i32);
     } else {
-      comm.all_gather(data.data(), out.data(), 4, DType::kFloat32);
+      comm.all_gather(data.data(), out.data(), 4, ElemType::fp32);
     }
   });
   for (const auto& failure : failures) {
@@ -134,7 +134,7 @@ TEST_P(FailureTest, PoisonedCommunicatorRefusesLaterCallsImmediately) {
   const auto failures = run(2, std::chrono::seconds(10), [&](Communicator& comm) {
     float value = 1.0f;
     try {
-      comm.all_reduce(&value, &value, comm.rank() == 0 ? 1 : 0, DType::kFloat32, ReduceOp::kSum);
+      comm.all_reduce(&value, &value, comm.rank() == 0 ? 1 : 0, ElemType::fp32, ReduceOp::kSum);
       ADD_FAILURE() << "mismatch not detected";
     } catch (const CollectiveError& error) {
       EXPECT_EQ(error.kind(), FailureKind::kMismatch);
@@ -159,28 +159,28 @@ TEST_P(FailureTest, PoisonedCommunicatorRefusesLaterCallsImmediately) {
 TEST_P(FailureTest, Fp8ReductionsAreRefused) {
   const auto failures = run(2, std::chrono::seconds(10), [&](Communicator& comm) {
     std::vector<std::uint8_t> data(4, 0x38);
-    comm.all_reduce(data.data(), data.data(), data.size(), DType::kFloat8E4M3, ReduceOp::kMax);
+    comm.all_reduce(data.data(), data.data(), data.size(), ElemType::e4m3, ReduceOp::kMax);
   });
   for (const auto& failure : failures) {
     const auto error = collective_error_of(failure);
     ASSERT_TRUE(error.has_value());
     EXPECT_EQ(error->kind(), FailureKind::kInvalidArgument);
-    EXPECT_THAT(error->what(), HasSubstr("reduction on float8_e4m3 is refused"));
+    EXPECT_THAT(error->what(), HasSubstr("reduction on e4m3 is refused"));
   }
   const auto scatter = run(1, std::chrono::seconds(10), [&](Communicator& comm) {
     std::uint8_t in = 0, out = 0;
-    comm.reduce_scatter(&in, &out, 1, DType::kFloat8E5M2, ReduceOp::kSum);
+    comm.reduce_scatter(&in, &out, 1, ElemType::e5m2, ReduceOp::kSum);
   });
   const auto error = collective_error_of(scatter[0]);
   ASSERT_TRUE(error.has_value());
-  EXPECT_THAT(error->what(), HasSubstr("reduction on float8_e5m2 is refused"));
+  EXPECT_THAT(error->what(), HasSubstr("reduction on e5m2 is refused"));
 }
 
 TEST_P(FailureTest, RankThatRefusesReleasesItsPeersPromptly) {
   const auto start = Clock::now();
   const auto failures = run(4, std::chrono::seconds(20), [&](Communicator& comm) {
     std::vector<float> data(4, 1.0f);
-    const DType dtype = comm.rank() == 0 ? DType::kFloat8E4M3 : DType::kFloat32;
+    const ElemType dtype = comm.rank() == 0 ? ElemType::e4m3 : ElemType::fp32;
     comm.all_reduce(data.data(), data.data(), 4, dtype, ReduceOp::kSum);
   });
   EXPECT_LT(seconds_since(start), 10.0) << "peers waited for the timeout";
@@ -202,7 +202,7 @@ TEST_P(FailureTest, ThrowingRankFunctionAbortsAndReleasesPeers) {
   const auto failures = run(3, std::chrono::seconds(20), [&](Communicator& comm) {
     if (comm.rank() == 1) throw std::runtime_error("boom in the layer");
     std::vector<float> send(2, 1.0f), recv(6);
-    comm.all_gather(send.data(), recv.data(), 2, DType::kFloat32);
+    comm.all_gather(send.data(), recv.data(), 2, ElemType::fp32);
   });
   EXPECT_LT(seconds_since(start), 10.0) << "peers waited for the timeout";
   ASSERT_NE(failures[1], nullptr);
@@ -224,7 +224,7 @@ TEST_P(FailureTest, InvalidArgumentsAreRefusedAndPoison) {
     EXPECT_THROW(
         {
           try {
-            comm.all_gather(buffer.data() + 1, buffer.data(), 4, DType::kFloat32);
+            comm.all_gather(buffer.data() + 1, buffer.data(), 4, ElemType::fp32);
           } catch (const CollectiveError& error) {
             EXPECT_EQ(error.kind(), FailureKind::kInvalidArgument);
             EXPECT_THAT(error.what(), HasSubstr("send == recv + rank * send_count"));
@@ -238,14 +238,14 @@ TEST_P(FailureTest, InvalidArgumentsAreRefusedAndPoison) {
 
   const auto root = run(1, std::chrono::seconds(10), [&](Communicator& comm) {
     float value = 0.0f;
-    comm.broadcast(&value, &value, 1, DType::kFloat32, 1);
+    comm.broadcast(&value, &value, 1, ElemType::fp32, 1);
   });
   const auto error = collective_error_of(root[0]);
   ASSERT_TRUE(error.has_value());
   EXPECT_THAT(error->what(), HasSubstr("root 1 is not a rank of this group of 1"));
 
   const auto null = run(1, std::chrono::seconds(10), [&](Communicator& comm) {
-    comm.all_reduce(nullptr, nullptr, 3, DType::kFloat32, ReduceOp::kSum);
+    comm.all_reduce(nullptr, nullptr, 3, ElemType::fp32, ReduceOp::kSum);
   });
   const auto null_error = collective_error_of(null[0]);
   ASSERT_TRUE(null_error.has_value());

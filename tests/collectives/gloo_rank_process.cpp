@@ -14,6 +14,7 @@
 namespace {
 
 using namespace fp8c::collectives;
+using fp8c::ElemType;
 
 int run_rank() {
   const LaunchEnv env = launch_env_from_process();
@@ -31,15 +32,15 @@ int run_rank() {
   const auto n = static_cast<std::size_t>(env.world_size);
   std::vector<float> mine(3, static_cast<float>(env.rank) + 0.5f);
   std::vector<float> gathered(3 * n);
-  comm->all_gather(mine.data(), gathered.data(), mine.size(), DType::kFloat32);
+  comm->all_gather(mine.data(), gathered.data(), mine.size(), ElemType::fp32);
   for (std::size_t i = 0; i < gathered.size(); ++i) {
     if (gathered[i] != static_cast<float>(i / 3) + 0.5f) return 3;
   }
   float amax = static_cast<float>(env.rank * 10);
-  comm->all_reduce(&amax, &amax, 1, DType::kFloat32, ReduceOp::kMax);
+  comm->all_reduce(&amax, &amax, 1, ElemType::fp32, ReduceOp::kMax);
   if (amax != static_cast<float>((env.world_size - 1) * 10)) return 3;
   std::vector<std::int32_t> blocks(n * 2, env.rank + 1), block(2);
-  comm->reduce_scatter(blocks.data(), block.data(), 2, DType::kInt32, ReduceOp::kSum);
+  comm->reduce_scatter(blocks.data(), block.data(), 2, ElemType::i32, ReduceOp::kSum);
   if (block[0] != env.world_size * (env.world_size + 1) / 2) return 3;
   comm->barrier();  // nobody closes its sockets while a peer still reads
   return 0;

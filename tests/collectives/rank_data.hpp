@@ -34,31 +34,32 @@ void set_element(Bytes& bytes, std::size_t index, T value) {
 // `count` elements for `rank`. With `specials`, the first elements hold NaN
 // on the last rank, +0/-0 pairs and equal values, which only max can take
 // without changing its bits (sums would re-encode NaN payloads).
-inline Bytes rank_input(DType dtype, int rank, int size, std::size_t count, bool specials,
+inline Bytes rank_input(ElemType dtype, int rank, int size, std::size_t count, bool specials,
                         std::uint32_t salt = 0) {
-  Bytes bytes(count * dtype_size(dtype));
+  Bytes bytes(count * element_bytes(dtype));
   const std::vector<float> floats = rank_floats(rank, count, salt);
   std::mt19937 engine(99u + static_cast<std::uint32_t>(rank) * 31u + salt);
   for (std::size_t i = 0; i < count; ++i) {
     switch (dtype) {
-      case DType::kFloat32:
+      case ElemType::fp32:
         set_element<float>(bytes, i, floats[i]);
         break;
-      case DType::kFloat64:
+      case ElemType::fp64:
         set_element<double>(bytes, i, double{floats[i]} + std::ldexp(double{floats[i]}, -30));
         break;
-      case DType::kBFloat16:
+      case ElemType::bf16:
         set_element<std::uint16_t>(bytes, i, reference_float_to_bf16(floats[i]));
         break;
-      case DType::kFloat16:
+      case ElemType::fp16:
         set_element<std::uint16_t>(bytes, i, reference_float_to_fp16(floats[i]));
         break;
-      case DType::kInt32:
+      case ElemType::i32:
         set_element<std::uint32_t>(bytes, i, static_cast<std::uint32_t>(engine()));
         break;
-      case DType::kUInt8:
-      case DType::kFloat8E4M3:
-      case DType::kFloat8E5M2:
+      case ElemType::u8:
+      case ElemType::e4m3:
+      case ElemType::e5m2:
+      case ElemType::e8m0:
         set_element<std::uint8_t>(bytes, i, static_cast<std::uint8_t>(engine()));
         break;
     }
@@ -66,22 +67,22 @@ inline Bytes rank_input(DType dtype, int rank, int size, std::size_t count, bool
   if (!specials || count < 3) return bytes;
   const bool last = rank == size - 1;
   switch (dtype) {
-    case DType::kFloat32:
+    case ElemType::fp32:
       if (last) set_element<float>(bytes, 0, std::numeric_limits<float>::quiet_NaN());
       set_element<float>(bytes, 1, rank % 2 == 0 ? 0.0f : -0.0f);
       set_element<float>(bytes, 2, 3.5f);
       break;
-    case DType::kFloat64:
+    case ElemType::fp64:
       if (last) set_element<double>(bytes, 0, -std::numeric_limits<double>::quiet_NaN());
       set_element<double>(bytes, 1, rank % 2 == 0 ? -0.0 : 0.0);
       set_element<double>(bytes, 2, 3.5);
       break;
-    case DType::kBFloat16:
+    case ElemType::bf16:
       if (last) set_element<std::uint16_t>(bytes, 0, 0x7FC1);  // NaN with a payload
       set_element<std::uint16_t>(bytes, 1, rank % 2 == 0 ? 0x8000 : 0x0000);
       set_element<std::uint16_t>(bytes, 2, 0x4060);  // 3.5
       break;
-    case DType::kFloat16:
+    case ElemType::fp16:
       if (last) set_element<std::uint16_t>(bytes, 0, 0xFE01);  // negative NaN with a payload
       set_element<std::uint16_t>(bytes, 1, rank % 2 == 0 ? 0x0000 : 0x8000);
       set_element<std::uint16_t>(bytes, 2, 0x4300);  // 3.5
@@ -92,17 +93,17 @@ inline Bytes rank_input(DType dtype, int rank, int size, std::size_t count, bool
   return bytes;
 }
 
-inline double widen_for_compare(DType dtype, const Bytes& bytes, std::size_t i) {
+inline double widen_for_compare(ElemType dtype, const Bytes& bytes, std::size_t i) {
   switch (dtype) {
-    case DType::kFloat32:
+    case ElemType::fp32:
       return element<float>(bytes, i);
-    case DType::kFloat64:
+    case ElemType::fp64:
       return element<double>(bytes, i);
-    case DType::kBFloat16:
+    case ElemType::bf16:
       return reference_bf16_to_float(element<std::uint16_t>(bytes, i));
-    case DType::kFloat16:
+    case ElemType::fp16:
       return reference_fp16_to_float(element<std::uint16_t>(bytes, i));
-    case DType::kInt32:
+    case ElemType::i32:
       return element<std::int32_t>(bytes, i);
     default:
       return element<std::uint8_t>(bytes, i);
@@ -111,10 +112,10 @@ inline double widen_for_compare(DType dtype, const Bytes& bytes, std::size_t i) 
 
 // Expected reduction of elements [offset, offset + count) of every rank's
 // input, in rank order.
-inline Bytes expected_reduction(DType dtype, ReduceOp op, const std::vector<Bytes>& inputs,
+inline Bytes expected_reduction(ElemType dtype, ReduceOp op, const std::vector<Bytes>& inputs,
                                 std::size_t offset, std::size_t count) {
-  const std::size_t element_bytes = dtype_size(dtype);
-  Bytes out(count * element_bytes);
+  const std::size_t width = element_bytes(dtype);
+  Bytes out(count * width);
   for (std::size_t i = 0; i < count; ++i) {
     const std::size_t at = offset + i;
     if (op == ReduceOp::kMax || inputs.size() == 1) {
@@ -122,24 +123,23 @@ inline Bytes expected_reduction(DType dtype, ReduceOp op, const std::vector<Byte
       for (const Bytes& input : inputs) values.push_back(widen_for_compare(dtype, input, at));
       const auto winner = static_cast<std::size_t>(reference_max_winner(values));
       const std::size_t source = op == ReduceOp::kMax ? winner : 0;
-      std::memcpy(out.data() + i * element_bytes, inputs[source].data() + at * element_bytes,
-                  element_bytes);
+      std::memcpy(out.data() + i * width, inputs[source].data() + at * width, width);
       continue;
     }
     switch (dtype) {
-      case DType::kFloat32: {
+      case ElemType::fp32: {
         float total = element<float>(inputs[0], at);
         for (std::size_t r = 1; r < inputs.size(); ++r) total += element<float>(inputs[r], at);
         set_element<float>(out, i, total);
         break;
       }
-      case DType::kFloat64: {
+      case ElemType::fp64: {
         double total = element<double>(inputs[0], at);
         for (std::size_t r = 1; r < inputs.size(); ++r) total += element<double>(inputs[r], at);
         set_element<double>(out, i, total);
         break;
       }
-      case DType::kBFloat16: {
+      case ElemType::bf16: {
         float total = reference_bf16_to_float(element<std::uint16_t>(inputs[0], at));
         for (std::size_t r = 1; r < inputs.size(); ++r) {
           total += reference_bf16_to_float(element<std::uint16_t>(inputs[r], at));
@@ -147,7 +147,7 @@ inline Bytes expected_reduction(DType dtype, ReduceOp op, const std::vector<Byte
         set_element<std::uint16_t>(out, i, reference_float_to_bf16(total));
         break;
       }
-      case DType::kFloat16: {
+      case ElemType::fp16: {
         float total = reference_fp16_to_float(element<std::uint16_t>(inputs[0], at));
         for (std::size_t r = 1; r < inputs.size(); ++r) {
           total += reference_fp16_to_float(element<std::uint16_t>(inputs[r], at));
@@ -155,7 +155,7 @@ inline Bytes expected_reduction(DType dtype, ReduceOp op, const std::vector<Byte
         set_element<std::uint16_t>(out, i, reference_float_to_fp16(total));
         break;
       }
-      case DType::kInt32: {
+      case ElemType::i32: {
         std::uint32_t total = 0;
         for (const Bytes& input : inputs) total += element<std::uint32_t>(input, at);
         set_element<std::uint32_t>(out, i, total);
@@ -174,9 +174,9 @@ inline Bytes expected_reduction(DType dtype, ReduceOp op, const std::vector<Byte
   return out;
 }
 
-inline const std::vector<DType>& reducible_dtypes() {
-  static const std::vector<DType> dtypes = {DType::kFloat32, DType::kBFloat16, DType::kFloat16,
-                                            DType::kFloat64, DType::kInt32,    DType::kUInt8};
+inline const std::vector<ElemType>& reducible_dtypes() {
+  static const std::vector<ElemType> dtypes = {ElemType::fp32, ElemType::bf16, ElemType::fp16,
+                                               ElemType::fp64, ElemType::i32,  ElemType::u8};
   return dtypes;
 }
 

@@ -50,7 +50,7 @@ void run_case(const BlockQuantizeKernel& k, const EmulatedKernel& kernel, const 
   const std::size_t n = static_cast<std::size_t>(c.rows) * c.cols;
   // The input's guard reads as NaN in every input type: reading past the
   // input would change the scales.
-  Buffer in(x.size(), c.misalign ? (k.input == ElemType::fp32 ? 4 : 2) : 0, 0);
+  Buffer in(x.size(), c.misalign ? element_bytes(k.input) : 0, 0);
   std::copy(x.begin(), x.end(), in.data());
   std::fill(in.bytes.begin() + in.offset + x.size(), in.bytes.end(), 0xFF);
   Buffer row(n, c.misalign, 0xCD), col(n, c.misalign, 0xCD),

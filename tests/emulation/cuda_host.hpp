@@ -99,7 +99,7 @@ inline unsigned max(unsigned a, unsigned b) {
 // The PTX functions' host twins. cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 is
 // numerics::float_to_fp8 (tests/numerics checks that against CUDA's own
 // conversion code; the GPU tests against the instruction).
-inline std::uint16_t host_pack(float lo, float hi, numerics::Fp8Format f) {
+inline std::uint16_t host_pack(float lo, float hi, ElemType f) {
   const auto s = numerics::Saturation::satfinite;
   return static_cast<std::uint16_t>(numerics::float_to_fp8(lo, f, s) |
                                     (numerics::float_to_fp8(hi, f, s) << 8));

@@ -80,9 +80,9 @@ std::string host_source(std::string s) {
   replace_body(s, f + "void unpack2(u32 w, fp16_t, float& lo, float& hi) {",
                "lo = host_fp16_to_float(u16(w)); hi = host_fp16_to_float(u16(w >> 16));");
   replace_body(s, f + "u16 pack_e4m3x2(float lo, float hi) {",
-               "return host_pack(lo, hi, numerics::Fp8Format::e4m3);");
+               "return host_pack(lo, hi, ElemType::e4m3);");
   replace_body(s, f + "u16 pack_e5m2x2(float lo, float hi) {",
-               "return host_pack(lo, hi, numerics::Fp8Format::e5m2);");
+               "return host_pack(lo, hi, ElemType::e5m2);");
   // Wide stores must be aligned, as on the GPU.
   replace_body(s, f + "void store_streaming(u8* p, uint2 v) {",
                "host_check_aligned(p, 8); std::memcpy(p, &v, 8);");

@@ -16,7 +16,7 @@ namespace fp8c::emulation {
 inline std::vector<BlockQuantizeKernel> emulated_block_quantize_variants() {
   std::vector<BlockQuantizeKernel> all;
   for (ElemType input : {ElemType::bf16, ElemType::fp16, ElemType::fp32})
-    for (Fp8Format format : {Fp8Format::e4m3, Fp8Format::e5m2})
+    for (ElemType format : {ElemType::e4m3, ElemType::e5m2})
       for (Scaling scaling : {Scaling::block_1x128, Scaling::block_128x128, Scaling::mx_1x32})
         for (int usage = 1; usage <= 3; ++usage)
           for (bool pow2 : {false, true}) {
@@ -46,7 +46,7 @@ inline std::vector<BlockQuantizeKernel> emulated_block_quantize_variants() {
 inline std::vector<QuantizeKernel> emulated_quantize_variants() {
   std::vector<QuantizeKernel> all;
   for (ElemType input : {ElemType::bf16, ElemType::fp16, ElemType::fp32})
-    for (Fp8Format format : {Fp8Format::e4m3, Fp8Format::e5m2})
+    for (ElemType format : {ElemType::e4m3, ElemType::e5m2})
       for (int usage = 1; usage <= 3; ++usage)
         for (int scaling = 0; scaling < 3; ++scaling) {  // delayed, current, current pow2
           QuantizeKernel k;
@@ -63,7 +63,7 @@ inline std::vector<QuantizeKernel> emulated_quantize_variants() {
     for (ElemType input : {ElemType::bf16, ElemType::fp32}) {
       QuantizeKernel k;
       k.input = input;
-      k.format = Fp8Format::e5m2;
+      k.format = ElemType::e5m2;
       k.columnwise = true;
       k.amax = true;
       k.dbias = true;

@@ -17,8 +17,8 @@
 
 namespace fp8c::numerics::testing {
 
-constexpr __nv_fp8_interpretation_t cuda_format(Fp8Format format) {
-  return format == Fp8Format::e4m3 ? __NV_E4M3 : __NV_E5M2;
+constexpr __nv_fp8_interpretation_t cuda_format(ElemType format) {
+  return format == ElemType::e4m3 ? __NV_E4M3 : __NV_E5M2;
 }
 constexpr __nv_saturation_t cuda_saturation(Saturation saturation) {
   return saturation == Saturation::satfinite ? __NV_SATFINITE : __NV_NOSAT;
@@ -27,16 +27,16 @@ constexpr cudaRoundMode cuda_rounding(E8m0Rounding rounding) {
   return rounding == E8m0Rounding::up ? cudaRoundPosInf : cudaRoundZero;
 }
 
-inline std::uint8_t cuda_float_to_fp8(float x, Fp8Format format, Saturation saturation) {
+inline std::uint8_t cuda_float_to_fp8(float x, ElemType format, Saturation saturation) {
   return __nv_cvt_float_to_fp8(x, cuda_saturation(saturation), cuda_format(format));
 }
-inline std::uint8_t cuda_double_to_fp8(double x, Fp8Format format, Saturation saturation) {
+inline std::uint8_t cuda_double_to_fp8(double x, ElemType format, Saturation saturation) {
   return __nv_cvt_double_to_fp8(x, cuda_saturation(saturation), cuda_format(format));
 }
-inline std::uint16_t cuda_fp8_to_half_bits(std::uint8_t code, Fp8Format format) {
+inline std::uint16_t cuda_fp8_to_half_bits(std::uint8_t code, ElemType format) {
   return __nv_cvt_fp8_to_halfraw(code, cuda_format(format)).x;
 }
-inline std::uint32_t cuda_fp8_to_float_bits(std::uint8_t code, Fp8Format format) {
+inline std::uint32_t cuda_fp8_to_float_bits(std::uint8_t code, ElemType format) {
   const __half half(__nv_cvt_fp8_to_halfraw(code, cuda_format(format)));
   return std::bit_cast<std::uint32_t>(__half2float(half));
 }

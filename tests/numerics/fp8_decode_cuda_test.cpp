@@ -11,7 +11,7 @@ namespace fp8c::numerics {
 namespace {
 
 TEST(Fp8Decode, EveryCodeMatchesCudaHalfAndFloat) {
-  for (const Fp8Format format : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+  for (const ElemType format : {ElemType::e4m3, ElemType::e5m2}) {
     for (unsigned c = 0; c <= 0xFF; ++c) {
       const auto code = static_cast<std::uint8_t>(c);
       EXPECT_EQ(fp8_to_half_bits(code, format), testing::cuda_fp8_to_half_bits(code, format))
@@ -26,13 +26,13 @@ TEST(Fp8Decode, EveryCodeMatchesCudaHalfAndFloat) {
 // Decoding then encoding gives the code back for every non-NaN code, in both
 // saturation modes (nothing decoded is out of range). CUDA agrees.
 TEST(Fp8Decode, EveryNonNanCodeRoundTrips) {
-  for (const Fp8Format format : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+  for (const ElemType format : {ElemType::e4m3, ElemType::e5m2}) {
     for (unsigned c = 0; c <= 0xFF; ++c) {
       const auto code = static_cast<std::uint8_t>(c);
       if (fp8_is_nan(code, format)) continue;
       const float value = fp8_to_float(code, format);
       EXPECT_EQ(float_to_fp8(value, format, Saturation::nosat), code);
-      const bool is_inf = format == Fp8Format::e5m2 && (c & 0x7F) == kE5m2Inf;
+      const bool is_inf = format == ElemType::e5m2 && (c & 0x7F) == kE5m2Inf;
       if (!is_inf) {
         EXPECT_EQ(float_to_fp8(value, format, Saturation::satfinite), code);
       }

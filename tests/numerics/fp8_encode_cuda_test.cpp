@@ -18,7 +18,7 @@ using testing::compare_on_floats;
 using testing::cuda_double_to_fp8;
 using testing::cuda_float_to_fp8;
 
-template <Fp8Format kFormat, Saturation kSaturation>
+template <ElemType kFormat, Saturation kSaturation>
 void expect_every_float_matches_cuda() {
   const auto comparison = compare_on_floats<std::uint8_t>(
       [](std::uint32_t bits) {
@@ -32,16 +32,16 @@ void expect_every_float_matches_cuda() {
 }
 
 TEST(Fp8EncodeEveryFloat, E4m3Satfinite) {
-  expect_every_float_matches_cuda<Fp8Format::e4m3, Saturation::satfinite>();
+  expect_every_float_matches_cuda<ElemType::e4m3, Saturation::satfinite>();
 }
 TEST(Fp8EncodeEveryFloat, E4m3Nosat) {
-  expect_every_float_matches_cuda<Fp8Format::e4m3, Saturation::nosat>();
+  expect_every_float_matches_cuda<ElemType::e4m3, Saturation::nosat>();
 }
 TEST(Fp8EncodeEveryFloat, E5m2Satfinite) {
-  expect_every_float_matches_cuda<Fp8Format::e5m2, Saturation::satfinite>();
+  expect_every_float_matches_cuda<ElemType::e5m2, Saturation::satfinite>();
 }
 TEST(Fp8EncodeEveryFloat, E5m2Nosat) {
-  expect_every_float_matches_cuda<Fp8Format::e5m2, Saturation::nosat>();
+  expect_every_float_matches_cuda<ElemType::e5m2, Saturation::nosat>();
 }
 
 // Doubles cannot be enumerated, so the double path is checked where rounding
@@ -51,7 +51,7 @@ TEST(Fp8EncodeEveryFloat, E5m2Nosat) {
 // float to see (m + tiny rounds to m in float, then ties to even: the
 // double-rounding trap a float detour falls into). Then random doubles near
 // and far from the FP8 range, and NaNs with every sign and top payload bits.
-std::vector<double> double_inputs(Fp8Format format) {
+std::vector<double> double_inputs(ElemType format) {
   std::vector<double> inputs;
   std::vector<double> magnitudes;
   for (unsigned code = 0; code <= 0x7F; ++code) {
@@ -59,7 +59,7 @@ std::vector<double> double_inputs(Fp8Format format) {
     if (std::isfinite(value)) magnitudes.push_back(value);
   }
   // One step past the max, as if the format continued: 480 / 65536.
-  magnitudes.push_back(format == Fp8Format::e4m3 ? 480.0 : 65536.0);
+  magnitudes.push_back(format == ElemType::e4m3 ? 480.0 : 65536.0);
   for (std::size_t i = 0; i + 1 < magnitudes.size(); ++i) {
     const double midpoint = (magnitudes[i] + magnitudes[i + 1]) / 2;  // exact in double
     for (const double point : {magnitudes[i], midpoint}) {
@@ -97,7 +97,7 @@ std::vector<double> double_inputs(Fp8Format format) {
 }
 
 TEST(Fp8EncodeDouble, MatchesCudaAtBoundariesAndRandomly) {
-  for (const Fp8Format format : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+  for (const ElemType format : {ElemType::e4m3, ElemType::e5m2}) {
     const std::vector<double> inputs = double_inputs(format);
     for (const Saturation saturation : {Saturation::satfinite, Saturation::nosat}) {
       int failures = 0;
@@ -121,9 +121,9 @@ TEST(Fp8EncodeDouble, RoundsOnceNotThroughFloat) {
   // ties to even (1.0); rounding once gives 1.125.
   const double x = 1.0625 + 0x1p-40;
   ASSERT_EQ(static_cast<float>(x), 1.0625f);
-  EXPECT_EQ(float_to_fp8(static_cast<float>(x), Fp8Format::e4m3, Saturation::satfinite), 0x38);
-  EXPECT_EQ(double_to_fp8(x, Fp8Format::e4m3, Saturation::satfinite), 0x39);
-  EXPECT_EQ(cuda_double_to_fp8(x, Fp8Format::e4m3, Saturation::satfinite), 0x39);
+  EXPECT_EQ(float_to_fp8(static_cast<float>(x), ElemType::e4m3, Saturation::satfinite), 0x38);
+  EXPECT_EQ(double_to_fp8(x, ElemType::e4m3, Saturation::satfinite), 0x39);
+  EXPECT_EQ(cuda_double_to_fp8(x, ElemType::e4m3, Saturation::satfinite), 0x39);
 }
 
 }  // namespace

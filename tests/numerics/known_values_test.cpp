@@ -14,8 +14,8 @@
 namespace fp8c::numerics {
 namespace {
 
-constexpr Fp8Format e4m3 = Fp8Format::e4m3;
-constexpr Fp8Format e5m2 = Fp8Format::e5m2;
+constexpr ElemType e4m3 = ElemType::e4m3;
+constexpr ElemType e5m2 = ElemType::e5m2;
 constexpr Saturation sat = Saturation::satfinite;
 constexpr Saturation nosat = Saturation::nosat;
 
@@ -96,7 +96,7 @@ static_assert(e8m0_reciprocal(0xFE) == 0x1p-127f);
 TEST(KnownValues, NansAreCanonical) {
   const float negative_nan = -std::numeric_limits<float>::quiet_NaN();
   const float signalling = std::numeric_limits<float>::signaling_NaN();
-  for (const Fp8Format format : {e4m3, e5m2}) {
+  for (const ElemType format : {e4m3, e5m2}) {
     for (const Saturation saturation : {sat, nosat}) {
       EXPECT_EQ(float_to_fp8(negative_nan, format, saturation), 0x7F);
       EXPECT_EQ(float_to_fp8(signalling, format, saturation), 0x7F);

@@ -25,8 +25,8 @@ namespace {
 
 constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr Fp8Format e4m3 = Fp8Format::e4m3;
-constexpr Fp8Format e5m2 = Fp8Format::e5m2;
+constexpr ElemType e4m3 = ElemType::e4m3;
+constexpr ElemType e5m2 = ElemType::e5m2;
 constexpr MxScaleRule ocp = MxScaleRule::ocp_floor;
 constexpr MxScaleRule round_up = MxScaleRule::round_up;
 
@@ -75,7 +75,7 @@ constexpr double power_of_two(int k) {  // for normal doubles; no libm call in t
   return std::bit_cast<double>(static_cast<std::uint64_t>(k + 1023) << 52);
 }
 
-bool satisfies_definition(float amax, std::uint8_t code, Fp8Format format, MxScaleRule rule) {
+bool satisfies_definition(float amax, std::uint8_t code, ElemType format, MxScaleRule rule) {
   if (code == kE8m0Nan) return false;
   const double a = amax;
   const double x = power_of_two(int{code} - 127);
@@ -95,7 +95,7 @@ void expect_every_amax_satisfies_definition() {
       [](std::uint32_t bits) {
         const float amax = std::bit_cast<float>(bits);
         bool holds = true;
-        for (const Fp8Format format : {e4m3, e5m2}) {
+        for (const ElemType format : {e4m3, e5m2}) {
           holds &= satisfies_definition(amax, mx_block_scale(amax, format, kRule), format, kRule);
         }
         return std::uint8_t{holds};

@@ -14,8 +14,8 @@ namespace {
 constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kFloatMax = std::numeric_limits<float>::max();
-constexpr Fp8Format e4m3 = Fp8Format::e4m3;
-constexpr Fp8Format e5m2 = Fp8Format::e5m2;
+constexpr ElemType e4m3 = ElemType::e4m3;
+constexpr ElemType e5m2 = ElemType::e5m2;
 
 TEST(ScaleFromAmax, IsFp8MaxOverAmax) {
   EXPECT_EQ(scale_from_amax(448.0f, e4m3, 1.0f), 1.0f);

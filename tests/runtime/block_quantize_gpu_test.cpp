@@ -43,7 +43,7 @@ void run_case(const BlockQuantizeKernel& k, int rows, int cols, bool specials, s
   const std::size_t n = static_cast<std::size_t>(rows) * cols;
   const std::size_t row_scale_bytes = block_scale_bytes(k, rows, cols, false);
   const std::size_t col_scale_bytes = block_scale_bytes(k, rows, cols, true);
-  const std::size_t x_offset = misalign ? (k.input == ElemType::fp32 ? 4 : 2) : 0;
+  const std::size_t x_offset = misalign ? element_bytes(k.input) : 0;
   const std::size_t out_offset = misalign ? 1 : 0;
   DeviceBuffer d_x(x.size() + 16), d_row(n + 16), d_row_scales(row_scale_bytes), d_col(n + 16),
       d_col_scales(col_scale_bytes);

@@ -18,7 +18,7 @@ namespace fp8c::testing {
 inline std::vector<unsigned char> random_block_quantize_input(ElemType type, std::size_t rows,
                                                               std::size_t cols, bool specials,
                                                               std::mt19937& rng) {
-  const std::size_t width = type == ElemType::fp32 ? 4 : 2;
+  const std::size_t width = element_bytes(type);
   std::vector<unsigned char> bytes(rows * cols * width);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_int_distribution<int> pick(0, 999);

@@ -86,9 +86,12 @@ TEST(EpilogueCompile, BadDescriptionsAreRejected) {
   EXPECT_THROW(emit_cuda(k), std::invalid_argument);
   k.output = ElemType::fp32;
   EXPECT_NO_THROW(emit_cuda(k));
-  EXPECT_THROW(emit_cuda(DequantizeKernel{Fp8Format::e4m3, Scaling::none, ElemType::bf16}),
+  EXPECT_THROW(emit_cuda(DequantizeKernel{ElemType::e4m3, Scaling::none, ElemType::bf16}),
                std::invalid_argument);
-  EXPECT_THROW(emit_cuda(DequantizeKernel{Fp8Format::e4m3, Scaling::per_tensor, ElemType::e4m3}),
+  EXPECT_THROW(emit_cuda(DequantizeKernel{ElemType::e4m3, Scaling::per_tensor, ElemType::e4m3}),
+               std::invalid_argument);
+  // The format is an FP8 format.
+  EXPECT_THROW(emit_cuda(DequantizeKernel{ElemType::bf16, Scaling::per_tensor, ElemType::bf16}),
                std::invalid_argument);
 }
 

@@ -95,9 +95,7 @@ DeviceBuffer upload(const std::vector<unsigned char>& host, std::size_t offset) 
 }
 
 double stored_value(ElemType type, const std::uint8_t* data, std::int64_t i) {
-  if (type == ElemType::e4m3 || type == ElemType::e5m2)
-    return numerics::fp8_to_float(
-        data[i], type == ElemType::e4m3 ? numerics::Fp8Format::e4m3 : numerics::Fp8Format::e5m2);
+  if (is_fp8(type)) return numerics::fp8_to_float(data[i], type);
   return load_element(type, data, i);
 }
 

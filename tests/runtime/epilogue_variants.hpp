@@ -88,7 +88,7 @@ inline std::vector<EpilogueKernel> epilogue_variants() {
 
 inline std::vector<DequantizeKernel> dequantize_variants() {
   std::vector<DequantizeKernel> all;
-  for (Fp8Format format : {Fp8Format::e4m3, Fp8Format::e5m2})
+  for (ElemType format : {ElemType::e4m3, ElemType::e5m2})
     for (Scaling scaling :
          {Scaling::per_tensor, Scaling::block_1x128, Scaling::block_128x128, Scaling::mx_1x32})
       for (ElemType out : {ElemType::bf16, ElemType::fp16, ElemType::fp32})
@@ -97,7 +97,7 @@ inline std::vector<DequantizeKernel> dequantize_variants() {
   for (Scaling scaling :
        {Scaling::per_tensor, Scaling::block_1x128, Scaling::block_128x128, Scaling::mx_1x32})
     for (bool transpose : {false, true})
-      all.push_back({Fp8Format::e4m3, scaling, ElemType::bf16, transpose, true});
+      all.push_back({ElemType::e4m3, scaling, ElemType::bf16, transpose, true});
   return all;
 }
 

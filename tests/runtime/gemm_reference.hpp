@@ -40,20 +40,12 @@ namespace fp8c::testing {
 inline constexpr double kAccumulationEps = 1.0 / 4096;  // 2^-12
 inline constexpr double kGeluSlope = 1.13;
 
-inline bool is_fp8(ElemType t) {
-  return t == ElemType::e4m3 || t == ElemType::e5m2;
-}
-
-inline numerics::Fp8Format fp8_format(ElemType t) {
-  return t == ElemType::e4m3 ? numerics::Fp8Format::e4m3 : numerics::Fp8Format::e5m2;
-}
-
 // One element of `type` at `bytes` as a float, exactly.
 inline float decode(ElemType type, const unsigned char* bytes) {
   switch (type) {
     case ElemType::e4m3:
     case ElemType::e5m2:
-      return numerics::fp8_to_float(bytes[0], fp8_format(type));
+      return numerics::fp8_to_float(bytes[0], type);
     case ElemType::fp32: {
       float f;
       std::memcpy(&f, bytes, 4);
@@ -72,7 +64,7 @@ inline void encode(ElemType type, float x, unsigned char* bytes) {
   switch (type) {
     case ElemType::e4m3:
     case ElemType::e5m2:
-      bytes[0] = numerics::float_to_fp8(x, fp8_format(type), numerics::Saturation::satfinite);
+      bytes[0] = numerics::float_to_fp8(x, type, numerics::Saturation::satfinite);
       return;
     case ElemType::fp32:
       std::memcpy(bytes, &x, 4);

@@ -41,6 +41,19 @@ TEST(KernelCompile, EveryQuantizeVariantCompilesWithoutSpills) {
   std::filesystem::remove_all(dir);
 }
 
+// A quantize kernel's format is e4m3 or e5m2: any other ElemType is refused,
+// never emitted as E5M2.
+TEST(KernelCompile, NonFp8FormatsAreRejected) {
+  QuantizeKernel q;
+  q.format = ElemType::fp16;
+  EXPECT_THROW(emit_cuda(q), std::invalid_argument);
+  BlockQuantizeKernel b;
+  b.format = ElemType::e8m0;
+  EXPECT_THROW(emit_cuda(b), std::invalid_argument);
+  b.format = ElemType::e5m2;
+  EXPECT_NO_THROW(emit_cuda(b));
+}
+
 // Every kernel that the plan of every example needs, at the ranks the example
 // asks for, compiles without spills.
 TEST(KernelCompile, EveryExampleSpecsKernelsCompileWithoutSpills) {

@@ -12,7 +12,7 @@ namespace fp8c::testing {
 inline std::vector<QuantizeKernel> quantize_variants() {
   std::vector<QuantizeKernel> all;
   for (ElemType input : {ElemType::bf16, ElemType::fp16, ElemType::fp32})
-    for (Fp8Format format : {Fp8Format::e4m3, Fp8Format::e5m2})
+    for (ElemType format : {ElemType::e4m3, ElemType::e5m2})
       for (int usage = 1; usage <= 3; ++usage)
         for (bool current : {false, true}) {
           QuantizeKernel k;
@@ -27,7 +27,7 @@ inline std::vector<QuantizeKernel> quantize_variants() {
         }
   for (Activation act : {Activation::none, Activation::relu, Activation::gelu, Activation::silu}) {
     QuantizeKernel k;
-    k.format = Fp8Format::e5m2;
+    k.format = ElemType::e5m2;
     k.columnwise = true;
     k.amax = true;
     k.dbias = true;
@@ -49,7 +49,7 @@ inline std::vector<QuantizeKernel> quantize_variants() {
   // writes its own tile's partials.
   {
     QuantizeKernel k;
-    k.format = Fp8Format::e5m2;
+    k.format = ElemType::e5m2;
     k.columnwise = true;
     k.amax = true;
     k.dbias = true;
@@ -59,7 +59,7 @@ inline std::vector<QuantizeKernel> quantize_variants() {
   // 16-byte columnwise stores, alone and with dbias.
   for (bool dbias : {false, true}) {
     QuantizeKernel k;
-    k.format = dbias ? Fp8Format::e5m2 : Fp8Format::e4m3;
+    k.format = dbias ? ElemType::e5m2 : ElemType::e4m3;
     k.columnwise = true;
     k.amax = true;
     k.dbias = dbias;
@@ -71,7 +71,7 @@ inline std::vector<QuantizeKernel> quantize_variants() {
 
 inline std::vector<BlockQuantizeKernel> block_quantize_variants() {
   std::vector<BlockQuantizeKernel> all;
-  for (Fp8Format format : {Fp8Format::e4m3, Fp8Format::e5m2})
+  for (ElemType format : {ElemType::e4m3, ElemType::e5m2})
     for (Scaling scaling : {Scaling::block_1x128, Scaling::block_128x128, Scaling::mx_1x32})
       for (int usage = 1; usage <= 3; ++usage) {
         BlockQuantizeKernel k;

@@ -34,20 +34,19 @@ constexpr auto kTimeout = std::chrono::milliseconds(30'000);
 
 struct Case {
   CollectiveKind kind;
-  DType dtype;
+  ElemType dtype;
   ReduceOp op = ReduceOp::kSum;
   std::size_t count = 0;
   bool in_place = false;
   int root = 0;  // broadcast; -1: the last rank
 
   std::string name() const {
-    return std::string(collectives::collective_name(kind)) + " " +
-           std::string(collectives::dtype_name(dtype)) + " " +
-           std::string(collectives::reduce_op_name(op)) + " count=" + std::to_string(count) +
+    return std::string(collectives::collective_name(kind)) + " " + std::string(to_string(dtype)) +
+           " " + std::string(collectives::reduce_op_name(op)) + " count=" + std::to_string(count) +
            (in_place ? " in place" : "") + " root=" + std::to_string(root);
   }
   int root_of(int size) const { return root < 0 ? size - 1 : root; }
-  std::size_t element() const { return collectives::dtype_size(dtype); }
+  std::size_t element() const { return element_bytes(dtype); }
   std::size_t input_bytes(int size) const {
     return (kind == CollectiveKind::kReduceScatter ? static_cast<std::size_t>(size) : 1) * count *
            element();
@@ -62,49 +61,49 @@ std::vector<Case> cases() {
   using K = CollectiveKind;
   std::vector<Case> all;
   for (const bool in_place : {false, true}) {
-    all.push_back({K::kAllGather, DType::kFloat32, ReduceOp::kSum, 1537, in_place});
-    all.push_back({K::kAllGather, DType::kFloat8E4M3, ReduceOp::kSum, 4099, in_place});
-    all.push_back({K::kReduceScatter, DType::kBFloat16, ReduceOp::kSum, 1537, in_place});
-    all.push_back({K::kAllReduce, DType::kFloat16, ReduceOp::kSum, 1000, in_place});
-    all.push_back({K::kAllReduce, DType::kFloat32, ReduceOp::kMax, 333, in_place});
-    all.push_back({K::kBroadcast, DType::kFloat32, ReduceOp::kSum, 1001, in_place, -1});
+    all.push_back({K::kAllGather, ElemType::fp32, ReduceOp::kSum, 1537, in_place});
+    all.push_back({K::kAllGather, ElemType::e4m3, ReduceOp::kSum, 4099, in_place});
+    all.push_back({K::kReduceScatter, ElemType::bf16, ReduceOp::kSum, 1537, in_place});
+    all.push_back({K::kAllReduce, ElemType::fp16, ReduceOp::kSum, 1000, in_place});
+    all.push_back({K::kAllReduce, ElemType::fp32, ReduceOp::kMax, 333, in_place});
+    all.push_back({K::kBroadcast, ElemType::fp32, ReduceOp::kSum, 1001, in_place, -1});
   }
-  all.push_back({K::kAllGather, DType::kFloat8E5M2, ReduceOp::kSum, 17});
-  all.push_back({K::kAllGather, DType::kBFloat16, ReduceOp::kSum, 1000});
-  all.push_back({K::kAllGather, DType::kUInt8, ReduceOp::kSum, 0});
-  for (const DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kFloat64,
-                            DType::kInt32, DType::kUInt8}) {
+  all.push_back({K::kAllGather, ElemType::e5m2, ReduceOp::kSum, 17});
+  all.push_back({K::kAllGather, ElemType::bf16, ReduceOp::kSum, 1000});
+  all.push_back({K::kAllGather, ElemType::u8, ReduceOp::kSum, 0});
+  for (const ElemType dtype : {ElemType::fp32, ElemType::bf16, ElemType::fp16, ElemType::fp64,
+                               ElemType::i32, ElemType::u8}) {
     for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
       all.push_back({K::kReduceScatter, dtype, op, 777});
       all.push_back({K::kAllReduce, dtype, op, 2049});
     }
   }
   // More elements than one launch's threads: the kernels' grid-stride loops.
-  all.push_back({K::kAllReduce, DType::kFloat32, ReduceOp::kSum, 300'001});
-  all.push_back({K::kAllGather, DType::kFloat8E4M3, ReduceOp::kSum, 1'100'003});
-  all.push_back({K::kBroadcast, DType::kFloat8E4M3, ReduceOp::kSum, 4097, false, 0});
-  all.push_back({K::kAllReduce, DType::kBFloat16, ReduceOp::kSum, 0});
+  all.push_back({K::kAllReduce, ElemType::fp32, ReduceOp::kSum, 300'001});
+  all.push_back({K::kAllGather, ElemType::e4m3, ReduceOp::kSum, 1'100'003});
+  all.push_back({K::kBroadcast, ElemType::e4m3, ReduceOp::kSum, 4097, false, 0});
+  all.push_back({K::kAllReduce, ElemType::bf16, ReduceOp::kSum, 0});
   return all;
 }
 
-bool is_nan_bits(DType dtype, const std::uint8_t* p) {
+bool is_nan_bits(ElemType dtype, const std::uint8_t* p) {
   switch (dtype) {
-    case DType::kFloat32: {
+    case ElemType::fp32: {
       std::uint32_t b;
       std::memcpy(&b, p, 4);
       return (b & 0x7FFFFFFFu) > 0x7F800000u;
     }
-    case DType::kFloat64: {
+    case ElemType::fp64: {
       std::uint64_t b;
       std::memcpy(&b, p, 8);
       return (b & 0x7FFFFFFFFFFFFFFFull) > 0x7FF0000000000000ull;
     }
-    case DType::kBFloat16: {
+    case ElemType::bf16: {
       std::uint16_t b;
       std::memcpy(&b, p, 2);
       return (b & 0x7FFFu) > 0x7F80u;
     }
-    case DType::kFloat16: {
+    case ElemType::fp16: {
       std::uint16_t b;
       std::memcpy(&b, p, 2);
       return (b & 0x7FFFu) > 0x7C00u;
@@ -115,16 +114,16 @@ bool is_nan_bits(DType dtype, const std::uint8_t* p) {
 }
 
 // `value` in dtype's bits (floating types only).
-void store_value(DType dtype, std::uint8_t* p, float value) {
-  if (dtype == DType::kFloat32) {
+void store_value(ElemType dtype, std::uint8_t* p, float value) {
+  if (dtype == ElemType::fp32) {
     std::memcpy(p, &value, 4);
-  } else if (dtype == DType::kFloat64) {
+  } else if (dtype == ElemType::fp64) {
     const double d = value;
     std::memcpy(p, &d, 8);
-  } else if (dtype == DType::kBFloat16) {
+  } else if (dtype == ElemType::bf16) {
     const std::uint16_t b = collectives::float_to_bfloat16_rne(value);
     std::memcpy(p, &b, 2);
-  } else if (dtype == DType::kFloat16) {
+  } else if (dtype == ElemType::fp16) {
     const std::uint16_t b = collectives::float_to_float16_rne(value);
     std::memcpy(p, &b, 2);
   }
@@ -140,8 +139,8 @@ Bytes make_input(const Case& c, int case_index, int rank, int size) {
   std::mt19937 rng(static_cast<unsigned>(case_index * 1009 + rank * 7 + size));
   for (auto& b : bytes) b = static_cast<std::uint8_t>(rng());
   const std::size_t n = bytes.size() / c.element();
-  const bool floating = c.dtype == DType::kFloat32 || c.dtype == DType::kFloat64 ||
-                        c.dtype == DType::kBFloat16 || c.dtype == DType::kFloat16;
+  const bool floating = c.dtype == ElemType::fp32 || c.dtype == ElemType::fp64 ||
+                        c.dtype == ElemType::bf16 || c.dtype == ElemType::fp16;
   const bool reduced =
       c.kind == CollectiveKind::kReduceScatter || c.kind == CollectiveKind::kAllReduce;
   if (!floating || !reduced) return bytes;
@@ -155,7 +154,7 @@ Bytes make_input(const Case& c, int case_index, int rank, int size) {
         store_value(c.dtype, p, rank == 0 ? INFINITY : rank == 1 ? -INFINITY : 1.0f);
         break;
       case 1:
-        store_value(c.dtype, p, c.dtype == DType::kFloat16 ? 60000.0f : 3.0e38f);
+        store_value(c.dtype, p, c.dtype == ElemType::fp16 ? 60000.0f : 3.0e38f);
         break;
       case 2:
         store_value(c.dtype, p, -0.0f);
@@ -378,7 +377,7 @@ TEST(LocalDeviceGroupFailures, MissingRankTimesOutOnEveryWaitingRank) {
       // Skips the first collective; arrives at the next after the others gave up.
       std::this_thread::sleep_for(3 * kShort);
       try {
-        comm.all_reduce(b.send.get(), b.recv.get(), 64, DType::kFloat32, ReduceOp::kSum, stream);
+        comm.all_reduce(b.send.get(), b.recv.get(), 64, ElemType::fp32, ReduceOp::kSum, stream);
       } catch (const CollectiveError& e) {
         late = e;
       }
@@ -386,7 +385,7 @@ TEST(LocalDeviceGroupFailures, MissingRankTimesOutOnEveryWaitingRank) {
     }
     const auto start = std::chrono::steady_clock::now();
     try {
-      comm.all_reduce(b.send.get(), b.recv.get(), 64, DType::kFloat32, ReduceOp::kSum, stream);
+      comm.all_reduce(b.send.get(), b.recv.get(), 64, ElemType::fp32, ReduceOp::kSum, stream);
     } catch (...) {
       seconds[comm.rank()] =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -417,8 +416,8 @@ TEST(LocalDeviceGroupFailures, DisagreeingCallsAreAMismatchOnEveryRank) {
   const auto failures = run_ranks_on_gpu(group, [&](DeviceCommunicator& comm, CUstream stream) {
     RankBuffers b(kSize);
     // A healthy collective first, then rank 2 disagrees on the dtype.
-    comm.all_gather(b.send.get(), b.recv.get(), 16, DType::kFloat32, stream);
-    const DType dtype = comm.rank() == 2 ? DType::kBFloat16 : DType::kFloat32;
+    comm.all_gather(b.send.get(), b.recv.get(), 16, ElemType::fp32, stream);
+    const ElemType dtype = comm.rank() == 2 ? ElemType::bf16 : ElemType::fp32;
     comm.all_reduce(b.send.get(), b.recv.get(), 16, dtype, ReduceOp::kMax, stream);
   });
   for (int r = 0; r < kSize; ++r) {
@@ -435,7 +434,7 @@ TEST(LocalDeviceGroupFailures, RootsMustAgreeToo) {
   LocalDeviceGroup group(2, kTimeout, *gpu().jit);
   const auto failures = run_ranks_on_gpu(group, [&](DeviceCommunicator& comm, CUstream stream) {
     RankBuffers b(2);
-    comm.broadcast(b.send.get(), b.recv.get(), 8, DType::kFloat32, comm.rank(), stream);
+    comm.broadcast(b.send.get(), b.recv.get(), 8, ElemType::fp32, comm.rank(), stream);
   });
   for (int r = 0; r < 2; ++r) {
     ASSERT_NE(failures[r], nullptr);
@@ -451,7 +450,7 @@ TEST(LocalDeviceGroupFailures, RefusedCallReleasesPeersAndPoisons) {
   const auto start = std::chrono::steady_clock::now();
   const auto failures = run_ranks_on_gpu(group, [&](DeviceCommunicator& comm, CUstream stream) {
     RankBuffers b(kSize);
-    const DType dtype = comm.rank() == 0 ? DType::kFloat8E4M3 : DType::kFloat32;
+    const ElemType dtype = comm.rank() == 0 ? ElemType::e4m3 : ElemType::fp32;
     try {
       comm.all_reduce(b.send.get(), b.recv.get(), 8, dtype, ReduceOp::kSum, stream);
     } catch (const CollectiveError&) {
@@ -478,7 +477,7 @@ TEST(LocalDeviceGroupFailures, AbortPoisonsThisRankAndItsPeers) {
       comm.abort("again");  // idempotent
       EXPECT_TRUE(comm.poisoned());
     }
-    comm.all_gather(b.send.get(), b.recv.get(), 8, DType::kFloat32, stream);
+    comm.all_gather(b.send.get(), b.recv.get(), 8, ElemType::fp32, stream);
   });
   const CollectiveError aborted = collective_error(failures[1]);
   EXPECT_EQ(aborted.kind(), FailureKind::kPoisoned);

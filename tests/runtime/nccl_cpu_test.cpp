@@ -18,7 +18,6 @@ namespace fp8c::runtime {
 namespace {
 
 using collectives::CollectiveError;
-using collectives::DType;
 using collectives::FailureKind;
 using collectives::LaunchEnvError;
 using ::testing::HasSubstr;
@@ -26,14 +25,14 @@ using namespace std::chrono_literals;
 
 TEST(NcclTypes, EveryDTypeMapsToItsNcclType) {
   const int v = 22809;
-  EXPECT_EQ(nccl_data_type(DType::kFloat32, v), ncclFloat32);
-  EXPECT_EQ(nccl_data_type(DType::kBFloat16, v), ncclBfloat16);
-  EXPECT_EQ(nccl_data_type(DType::kFloat16, v), ncclFloat16);
-  EXPECT_EQ(nccl_data_type(DType::kUInt8, v), ncclUint8);
-  EXPECT_EQ(nccl_data_type(DType::kInt32, v), ncclInt32);
-  EXPECT_EQ(nccl_data_type(DType::kFloat64, v), ncclFloat64);
-  EXPECT_EQ(nccl_data_type(DType::kFloat8E4M3, v), ncclFloat8e4m3);
-  EXPECT_EQ(nccl_data_type(DType::kFloat8E5M2, v), ncclFloat8e5m2);
+  EXPECT_EQ(nccl_data_type(ElemType::fp32, v), ncclFloat32);
+  EXPECT_EQ(nccl_data_type(ElemType::bf16, v), ncclBfloat16);
+  EXPECT_EQ(nccl_data_type(ElemType::fp16, v), ncclFloat16);
+  EXPECT_EQ(nccl_data_type(ElemType::u8, v), ncclUint8);
+  EXPECT_EQ(nccl_data_type(ElemType::i32, v), ncclInt32);
+  EXPECT_EQ(nccl_data_type(ElemType::fp64, v), ncclFloat64);
+  EXPECT_EQ(nccl_data_type(ElemType::e4m3, v), ncclFloat8e4m3);
+  EXPECT_EQ(nccl_data_type(ElemType::e5m2, v), ncclFloat8e5m2);
   EXPECT_EQ(nccl_reduce_op(collectives::ReduceOp::kSum), ncclSum);
   EXPECT_EQ(nccl_reduce_op(collectives::ReduceOp::kMax), ncclMax);
 }
@@ -41,12 +40,12 @@ TEST(NcclTypes, EveryDTypeMapsToItsNcclType) {
 TEST(NcclTypes, Fp8TravelsAsUint8BeforeNccl2243) {
   EXPECT_FALSE(nccl_has_fp8(22402));
   EXPECT_TRUE(nccl_has_fp8(22403));
-  EXPECT_EQ(nccl_data_type(DType::kFloat8E4M3, 22402), ncclUint8);
-  EXPECT_EQ(nccl_data_type(DType::kFloat8E5M2, 21403), ncclUint8);
-  EXPECT_EQ(nccl_data_type(DType::kFloat8E4M3, 22403), ncclFloat8e4m3);
-  EXPECT_EQ(nccl_data_type(DType::kFloat8E5M2, 22403), ncclFloat8e5m2);
+  EXPECT_EQ(nccl_data_type(ElemType::e4m3, 22402), ncclUint8);
+  EXPECT_EQ(nccl_data_type(ElemType::e5m2, 21403), ncclUint8);
+  EXPECT_EQ(nccl_data_type(ElemType::e4m3, 22403), ncclFloat8e4m3);
+  EXPECT_EQ(nccl_data_type(ElemType::e5m2, 22403), ncclFloat8e5m2);
   // Nothing else changes with the version.
-  EXPECT_EQ(nccl_data_type(DType::kBFloat16, 21403), ncclBfloat16);
+  EXPECT_EQ(nccl_data_type(ElemType::bf16, 21403), ncclBfloat16);
 }
 
 TEST(NcclTypes, VersionCodesReadAsMajorMinorPatch) {

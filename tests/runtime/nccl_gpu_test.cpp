@@ -61,18 +61,18 @@ TEST(NcclGpu, SingleRankCollectivesMoveTheInputExactly) {
   EXPECT_EQ(comm->size(), 1);
   const Stream stream;
   struct Case {
-    DType dtype;
+    ElemType dtype;
     std::size_t count;
   };
-  const Case all[] = {{DType::kFloat32, 1537},    {DType::kBFloat16, 4096}, {DType::kFloat16, 33},
-                      {DType::kFloat8E4M3, 4099}, {DType::kFloat8E5M2, 17}, {DType::kInt32, 100}};
+  const Case all[] = {{ElemType::fp32, 1537}, {ElemType::bf16, 4096}, {ElemType::fp16, 33},
+                      {ElemType::e4m3, 4099}, {ElemType::e5m2, 17},   {ElemType::i32, 100}};
   unsigned seed = 1;
   for (const Case& c : all) {
-    const std::size_t bytes = c.count * collectives::dtype_size(c.dtype);
+    const std::size_t bytes = c.count * element_bytes(c.dtype);
     const Bytes in = finite_input(bytes, seed++);
     DeviceBuffer send(bytes), recv(bytes);
     send.upload(in.data(), bytes);
-    const auto name = std::string(collectives::dtype_name(c.dtype));
+    const auto name = std::string(to_string(c.dtype));
 
     recv.fill(0xCD, stream.get());
     comm->all_gather(send.get(), recv.get(), c.count, c.dtype, stream.get());
@@ -100,8 +100,8 @@ TEST(NcclGpu, SingleRankCollectivesMoveTheInputExactly) {
   const Bytes in = finite_input(4096, 99);
   DeviceBuffer buffer(4096);
   buffer.upload(in.data(), in.size());
-  comm->all_reduce(buffer.get(), buffer.get(), 1024, DType::kFloat32, ReduceOp::kSum, stream.get());
-  comm->all_gather(buffer.get(), buffer.get(), 4096, DType::kFloat8E4M3, stream.get());
+  comm->all_reduce(buffer.get(), buffer.get(), 1024, ElemType::fp32, ReduceOp::kSum, stream.get());
+  comm->all_gather(buffer.get(), buffer.get(), 4096, ElemType::e4m3, stream.get());
   comm->synchronize(stream.get());
   EXPECT_EQ(download(buffer.get(), in.size()), in);
   EXPECT_FALSE(comm->poisoned());
@@ -115,7 +115,7 @@ TEST(NcclGpu, SynchronizeReturnsOnHealthyWorkManyCollectivesDeep) {
   DeviceBuffer buffer(1 << 20);
   buffer.fill(0, stream.get());
   for (int i = 0; i < 200; ++i) {
-    comm->all_reduce(buffer.get(), buffer.get(), (1 << 20) / 4, DType::kFloat32, ReduceOp::kMax,
+    comm->all_reduce(buffer.get(), buffer.get(), (1 << 20) / 4, ElemType::fp32, ReduceOp::kMax,
                      stream.get());
   }
   const auto start = std::chrono::steady_clock::now();
@@ -134,7 +134,7 @@ TEST(NcclGpu, AbortPoisonsEveryLaterCall) {
   comm->abort("again");  // idempotent
   EXPECT_TRUE(comm->poisoned());
   try {
-    comm->all_reduce(buffer.get(), buffer.get(), 64, DType::kFloat32, ReduceOp::kSum, stream.get());
+    comm->all_reduce(buffer.get(), buffer.get(), 64, ElemType::fp32, ReduceOp::kSum, stream.get());
     FAIL() << "an aborted communicator ran a collective";
   } catch (const CollectiveError& e) {
     EXPECT_EQ(e.kind(), FailureKind::kPoisoned);
@@ -155,15 +155,14 @@ TEST(NcclGpu, Fp8ReductionIsRefusedAndPoisons) {
   const Stream stream;
   DeviceBuffer buffer(256);
   try {
-    comm->all_reduce(buffer.get(), buffer.get(), 64, DType::kFloat8E4M3, ReduceOp::kMax,
-                     stream.get());
+    comm->all_reduce(buffer.get(), buffer.get(), 64, ElemType::e4m3, ReduceOp::kMax, stream.get());
     FAIL() << "reduced FP8";
   } catch (const CollectiveError& e) {
     EXPECT_EQ(e.kind(), FailureKind::kInvalidArgument);
   }
   EXPECT_TRUE(comm->poisoned());
   try {
-    comm->all_gather(buffer.get(), buffer.get(), 64, DType::kUInt8, stream.get());
+    comm->all_gather(buffer.get(), buffer.get(), 64, ElemType::u8, stream.get());
     FAIL() << "a poisoned communicator ran a collective";
   } catch (const CollectiveError& e) {
     EXPECT_EQ(e.kind(), FailureKind::kPoisoned);

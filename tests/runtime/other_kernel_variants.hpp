@@ -9,13 +9,13 @@ namespace fp8c::testing {
 
 inline std::vector<ScaleUpdateKernel> scale_update_variants() {
   std::vector<ScaleUpdateKernel> all;
-  const std::vector<Fp8Format> mixed = {Fp8Format::e4m3, Fp8Format::e4m3, Fp8Format::e5m2,
-                                        Fp8Format::e4m3, Fp8Format::e5m2};
+  const std::vector<ElemType> mixed = {ElemType::e4m3, ElemType::e4m3, ElemType::e5m2,
+                                       ElemType::e4m3, ElemType::e5m2};
   for (AmaxAlgo rule : {AmaxAlgo::max, AmaxAlgo::most_recent})
     for (std::uint32_t history : {1u, 16u, 300u, 1024u})
       for (int margin : {0, 3, -2}) all.push_back({mixed, history, margin, rule});
-  all.push_back({{Fp8Format::e5m2}, 1024, 100, AmaxAlgo::max});
-  all.push_back({{Fp8Format::e4m3}, 513, -100, AmaxAlgo::max});
+  all.push_back({{ElemType::e5m2}, 1024, 100, AmaxAlgo::max});
+  all.push_back({{ElemType::e4m3}, 513, -100, AmaxAlgo::max});
   return all;
 }
 

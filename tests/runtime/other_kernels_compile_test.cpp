@@ -52,9 +52,11 @@ TEST(OtherKernelsCompile, ScaleUpdateDividesWithIeeeDivisionOnly) {
 TEST(OtherKernelsCompile, BadDescriptionsAreRejected) {
   EXPECT_THROW(emit_cuda(PermuteKernel{3}), std::invalid_argument);
   EXPECT_THROW(emit_cuda(ScaleUpdateKernel{}), std::invalid_argument);
-  EXPECT_THROW(emit_cuda(ScaleUpdateKernel{{Fp8Format::e4m3}, 0, 0, AmaxAlgo::max}),
+  EXPECT_THROW(emit_cuda(ScaleUpdateKernel{{ElemType::e4m3}, 0, 0, AmaxAlgo::max}),
                std::invalid_argument);
-  EXPECT_THROW(emit_cuda(ScaleUpdateKernel{{Fp8Format::e4m3}, 4, 101, AmaxAlgo::max}),
+  EXPECT_THROW(emit_cuda(ScaleUpdateKernel{{ElemType::e4m3}, 4, 101, AmaxAlgo::max}),
+               std::invalid_argument);
+  EXPECT_THROW(emit_cuda(ScaleUpdateKernel{{ElemType::e4m3, ElemType::fp32}, 4, 0, AmaxAlgo::max}),
                std::invalid_argument);
 }
 

@@ -46,7 +46,7 @@ enum class Data { finite, any_bits };
 // any_bits is every pattern, NaN and Inf included.
 std::vector<unsigned char> random_input(ElemType type, std::size_t n, Data data,
                                         std::mt19937& rng) {
-  const std::size_t width = type == ElemType::fp32 ? 4 : 2;
+  const std::size_t width = element_bytes(type);
   std::vector<unsigned char> bytes(n * width);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_int_distribution<std::uint32_t> bits;

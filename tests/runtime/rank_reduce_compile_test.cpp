@@ -51,12 +51,11 @@ TEST(RankReduceKernels, ReductionsUseExplicitlyRoundedAddsOnly) {
   // __fadd_rn/__dadd_rn, and there is nothing to contract.
   for (const auto& k : all_rank_reduce_kernels()) {
     const std::string s = emit_cuda(k).source;
-    if (k.op == RankReduceOp::sum &&
-        (k.element == ReduceElement::f32 || k.element == ReduceElement::bf16 ||
-         k.element == ReduceElement::f16)) {
+    if (k.op == RankReduceOp::sum && (k.element == ElemType::fp32 || k.element == ElemType::bf16 ||
+                                      k.element == ElemType::fp16)) {
       EXPECT_NE(s.find("__fadd_rn"), std::string::npos) << k.name();
     }
-    if (k.op == RankReduceOp::sum && k.element == ReduceElement::f64) {
+    if (k.op == RankReduceOp::sum && k.element == ElemType::fp64) {
       EXPECT_NE(s.find("__dadd_rn"), std::string::npos) << k.name();
     }
     EXPECT_EQ(s.find("__fmaf"), std::string::npos) << k.name();
@@ -64,12 +63,28 @@ TEST(RankReduceKernels, ReductionsUseExplicitlyRoundedAddsOnly) {
 }
 
 TEST(RankReduceKernels, Fp8IsNeverReduced) {
-  EXPECT_THROW(rank_reduce_kernel(collectives::DType::kFloat8E4M3, collectives::ReduceOp::kSum),
+  EXPECT_THROW(rank_reduce_kernel(ElemType::e4m3, collectives::ReduceOp::kSum),
                std::invalid_argument);
-  EXPECT_THROW(rank_reduce_kernel(collectives::DType::kFloat8E5M2, collectives::ReduceOp::kMax),
+  EXPECT_THROW(rank_reduce_kernel(ElemType::e5m2, collectives::ReduceOp::kMax),
                std::invalid_argument);
-  EXPECT_EQ(rank_reduce_kernel(collectives::DType::kBFloat16, collectives::ReduceOp::kMax).name(),
+  EXPECT_THROW(rank_reduce_kernel(ElemType::e8m0, collectives::ReduceOp::kMax),
+               std::invalid_argument);
+  EXPECT_THROW(emit_cuda(RankReduceKernel{ElemType::e4m3, RankReduceOp::sum}),
+               std::invalid_argument);
+  EXPECT_EQ(rank_reduce_kernel(ElemType::bf16, collectives::ReduceOp::kMax).name(),
             "rank_reduce_max_bf16");
+}
+
+// Kernel names keep their f32/f16/f64 spelling (ElemType says fp32, ...):
+// they are entry points in validated sources and part of cache keys.
+TEST(RankReduceKernels, NamesKeepTheirElementSpelling) {
+  std::vector<std::string> names;
+  for (const auto& k : all_rank_reduce_kernels()) names.push_back(k.name());
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "rank_reduce_sum_f32", "rank_reduce_max_f32", "rank_reduce_sum_bf16",
+                       "rank_reduce_max_bf16", "rank_reduce_sum_f16", "rank_reduce_max_f16",
+                       "rank_reduce_sum_f64", "rank_reduce_max_f64", "rank_reduce_sum_i32",
+                       "rank_reduce_max_i32", "rank_reduce_sum_u8", "rank_reduce_max_u8"}));
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 // Our headers are constexpr, so the very same functions run on the device.
 //
 // Not part of the CMake build (that has no CUDA language); on a GPU machine:
-//   nvcc -std=c++20 -O3 -arch=sm_90a --expt-relaxed-constexpr -I. \
+//   nvcc -std=c++20 -O3 -arch=sm_90a --expt-relaxed-constexpr -I. -Iinclude \
 //     tests/numerics/gpu/hopper_conversions_check.cu -o /tmp/hopper_check && /tmp/hopper_check
 // It prints one line per check and exits non-zero on any difference. On an
 // H200 (driver 580.159.04, nvcc 13.0) every check reported 0 differences, in
@@ -65,8 +65,8 @@ __global__ void check_every_float(Report* reports) {
     asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(e5m2x2) : "f"(x), "f"(x));
     asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(bf16) : "f"(x));
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(fp16) : "f"(x));
-    const unsigned e4m3 = float_to_fp8(x, Fp8Format::e4m3, Saturation::satfinite);
-    const unsigned e5m2 = float_to_fp8(x, Fp8Format::e5m2, Saturation::satfinite);
+    const unsigned e4m3 = float_to_fp8(x, ElemType::e4m3, Saturation::satfinite);
+    const unsigned e5m2 = float_to_fp8(x, ElemType::e5m2, Saturation::satfinite);
     compare(&reports[kE4m3], bits, e4m3 * 0x101u, e4m3x2);
     compare(&reports[kE5m2], bits, e5m2 * 0x101u, e5m2x2);
     compare(&reports[kBf16], bits, float_to_bf16(x), bf16);
@@ -111,10 +111,8 @@ __global__ void check_small_sets(Report* reports) {
     asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(from_e4m3) : "h"(pair));
     asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(from_e5m2) : "h"(pair));
     const auto code = static_cast<std::uint8_t>(i);
-    compare(&reports[kE4m3ToHalf], i, fp8_to_half_bits(code, Fp8Format::e4m3) * 0x10001u,
-            from_e4m3);
-    compare(&reports[kE5m2ToHalf], i, fp8_to_half_bits(code, Fp8Format::e5m2) * 0x10001u,
-            from_e5m2);
+    compare(&reports[kE4m3ToHalf], i, fp8_to_half_bits(code, ElemType::e4m3) * 0x10001u, from_e4m3);
+    compare(&reports[kE5m2ToHalf], i, fp8_to_half_bits(code, ElemType::e5m2) * 0x10001u, from_e5m2);
     atomicAdd(&reports[kE4m3ToHalf].checked, 1ull);
     atomicAdd(&reports[kE5m2ToHalf].checked, 1ull);
   }
