@@ -35,18 +35,31 @@ pack() {
 trap pack EXIT
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$out/gpu.txt"
 
-# Both test programs in four gtest shards each, all eight at once (the slowest
-# shard took 4.4 minutes on the H200; in a row they take over 8); each
-# program's shards end up in one log. The shards share one cubin cache (safe with concurrent writers).
-run_sharded() {  # NAME BINARY: writes $out/NAME.log, returns non-zero if a shard failed
-  local name=$1 binary=$2 status=0 pids=()
-  for i in 0 1 2 3; do
-    GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i timeout 330 "$binary" --gtest_brief=1 \
+# Both test programs in gtest shards, all at once (runtime tests: 4 shards,
+# GPU-bound; executor tests: 8 shards, bound by the CPU oracle, which spreads
+# its GEMMs over the cores); each program's shards end up in one log. The
+# shards share one cubin cache (safe with concurrent writers). Output is
+# line-buffered so that a shard killed by its time limit still shows the
+# test it was in.
+run_sharded() {  # NAME BINARY SHARDS SECONDS: writes $out/NAME.log, non-zero if a shard failed
+  local name=$1 binary=$2 shards=$3 limit=$4 status=0 pids=() i rc
+  for ((i = 0; i < shards; ++i)); do
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "$limit" stdbuf -oL -eL "$binary" \
       > "$out/$name.$i.tmp" 2>&1 &
     pids+=($!)
   done
-  for p in "${pids[@]}"; do wait "$p" || status=1; done
-  cat "$out/$name".?.tmp > "$out/$name.log" && rm -f "$out/$name".?.tmp
+  for ((i = 0; i < shards; ++i)); do
+    wait "${pids[$i]}"
+    rc=$?
+    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+      echo "$name shard $i of $shards: KILLED after ${limit} s (rc $rc) in: $(grep -E '^\[ RUN' "$out/$name.$i.tmp" | tail -n 1)"
+      status=1
+    elif [ $rc -ne 0 ]; then
+      echo "$name shard $i of $shards: exit $rc"
+      status=1
+    fi
+  done
+  cat "$out/$name".*.tmp > "$out/$name.log" && rm -f "$out/$name".*.tmp
   return $status
 }
 tests=0
@@ -65,13 +78,14 @@ for tool in memcheck racecheck; do
     --gtest_filter="$sanitized" > "$out/sanitizer_$tool.log" 2>&1 &
   sanitizer_pid[$tool]=$!
 done
-run_sharded tests "$build/tests/runtime/runtime_tests" & runtime_pid=$!
-run_sharded executor_tests "$build/tests/gpu/gpu_executor_tests" & executor_pid=$!
+run_sharded tests "$build/tests/runtime/runtime_tests" 4 330 & runtime_pid=$!
+run_sharded executor_tests "$build/tests/gpu/gpu_executor_tests" 8 ${FP8C_EXECUTOR_LIMIT:-450} & executor_pid=$!
 wait $runtime_pid || tests=1
 wait $executor_pid || tests=1
 for log in tests executor_tests; do
   echo "$log: $(grep -hE '^\[  (PASSED|FAILED|SKIPPED) +\]' "$out/$log.log" | awk '{n[$2] += $4} END {for (k in n) printf "%s %d  ", k, n[k]}')"
   grep -E "Failure|Which is|want|differs|FAILED" "$out/$log.log" | head -n 30
+  echo "slowest: $(grep -hE '^\[       OK \]' "$out/$log.log" | sed -E 's/.*OK \] (.*) \(([0-9]+) ms\)/\2 \1/' | sort -rn | head -n 3 | tr '\n' ';')"
 done
 echo "== compute-sanitizer (memcheck, racecheck) on every kernel kind"
 for tool in memcheck racecheck; do
