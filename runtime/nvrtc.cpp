@@ -2,6 +2,7 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <regex>
@@ -28,17 +29,30 @@ NvrtcApi load_nvrtc() {
   return api;
 }
 
-// ptxas -v prints, per kernel, lines such as
-//   0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
-// (registers come from the cubin, which has them even when ptxas did not run).
-void parse_resource_usage(NvrtcOutput& out) {
+// ptxas -v prints, per function (kernels and device functions it did not
+// inline), a block such as
+//   ptxas info    : Function properties for NAME
+//   ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+// An entry's spills: its own block plus every function's that is not one of
+// the program's entries (a device function some kernel calls; which one is
+// not in the log, so each entry is charged for it). Registers come from the
+// cubin, which has them even when ptxas did not run.
+void parse_resource_usage(const std::string& log, const std::string& entry,
+                          const std::vector<std::string>& entries, NvrtcOutput& out) {
+  out.resources_in_log = log.find("bytes spill stores") != std::string::npos;
+  if (!out.resources_in_log) return;
+  out.spill_stores = out.spill_loads = 0;
+  static const std::regex block(
+      R"(Function properties for (\S+)\s*\n[^\n]*?(\d+) bytes spill stores, (\d+) bytes spill loads)");
   std::smatch m;
-  out.resources_in_log = out.log.find("bytes spill stores") != std::string::npos;
-  if (out.resources_in_log) out.spill_stores = out.spill_loads = 0;
-  static const std::regex spills(R"((\d+) bytes spill stores, (\d+) bytes spill loads)");
-  for (auto from = out.log.cbegin(); std::regex_search(from, out.log.cend(), m, spills);) {
-    out.spill_stores += std::stoi(m[1]);
-    out.spill_loads += std::stoi(m[2]);
+  for (auto from = log.cbegin(); std::regex_search(from, log.cend(), m, block);) {
+    const std::string function = m[1];
+    const bool other_entry = function != entry && std::find(entries.begin(), entries.end(),
+                                                            function) != entries.end();
+    if (!other_entry) {
+      out.spill_stores += std::stoi(m[2]);
+      out.spill_loads += std::stoi(m[3]);
+    }
     from = m.suffix().first;
   }
 }
@@ -62,8 +76,14 @@ const NvrtcApi& nvrtc() {
 
 namespace {
 
-NvrtcOutput compile_once(const std::string& source, const std::string& name,
-                         const std::string& arch, const std::vector<std::string>& options) {
+struct Compiled {
+  std::vector<char> cubin;
+  std::string log;
+  double milliseconds = 0;
+};
+
+Compiled compile_once(const std::string& source, const std::string& name, const std::string& arch,
+                      const std::vector<std::string>& options) {
   const NvrtcApi& api = nvrtc();
   const auto check = [&](nvrtcResult r, const char* call) {
     if (r != NVRTC_SUCCESS)
@@ -85,7 +105,7 @@ NvrtcOutput compile_once(const std::string& source, const std::string& name,
   std::vector<const char*> argv;
   for (const auto& o : all) argv.push_back(o.c_str());
 
-  NvrtcOutput out;
+  Compiled out;
   const auto t0 = std::chrono::steady_clock::now();
   const nvrtcResult compiled =
       api.nvrtcCompileProgram(program, static_cast<int>(argv.size()), argv.data());
@@ -103,23 +123,21 @@ NvrtcOutput compile_once(const std::string& source, const std::string& name,
   check(api.nvrtcGetCUBINSize(program, &size), "nvrtcGetCUBINSize");
   out.cubin.resize(size);
   check(api.nvrtcGetCUBIN(program, out.cubin.data()), "nvrtcGetCUBIN");
-  parse_resource_usage(out);
   return out;
 }
 
-}  // namespace
-
-NvrtcOutput compile_to_cubin(const std::string& source, const std::string& name,
-                             const std::string& entry, const std::string& arch,
-                             const std::vector<std::string>& options) {
-  NvrtcOutput out = compile_once(source, name, arch, options);
+// One entry's resources in a compiled program.
+NvrtcOutput resources_of(const Compiled& c, const std::string& entry,
+                         const std::vector<std::string>& entries) {
+  NvrtcOutput out;
+  parse_resource_usage(c.log, entry, entries, out);
   // The log has ptxas's resource lines only when ptxas ran: from CUDA 12.9
   // NVRTC serves a repeated compile from the driver's compute cache where a
   // driver is installed, and then the log is silent. The cubin is not.
   // A cubin this reader cannot follow (a future layout) leaves the
   // resources unknown; the kernel itself is fine to load.
   try {
-    const CubinResources resources = read_cubin_resources(out.cubin, entry);
+    const CubinResources resources = read_cubin_resources(c.cubin, entry);
     out.registers = resources.registers;
     out.stack_frame = resources.stack_frame;
     if (!out.resources_in_log && resources.largest_frame == 0) {
@@ -128,8 +146,34 @@ NvrtcOutput compile_to_cubin(const std::string& source, const std::string& name,
       out.spill_loads = 0;
     }
   } catch (const std::runtime_error& e) {
-    out.log += std::string(out.log.empty() ? "" : "\n") + "fp8c: " + e.what();
+    out.log = std::string("fp8c: ") + e.what();
   }
+  return out;
+}
+
+}  // namespace
+
+NvrtcOutput compile_to_cubin(const std::string& source, const std::string& name,
+                             const std::string& entry, const std::string& arch,
+                             const std::vector<std::string>& options) {
+  Compiled c = compile_once(source, name, arch, options);
+  NvrtcOutput out = resources_of(c, entry, {entry});
+  out.log = c.log + (c.log.empty() || out.log.empty() ? "" : "\n") + out.log;
+  out.milliseconds = c.milliseconds;
+  out.cubin = std::move(c.cubin);
+  return out;
+}
+
+NvrtcBatchOutput compile_batch_to_cubin(const std::string& source, const std::string& name,
+                                        const std::vector<std::string>& entries,
+                                        const std::string& arch,
+                                        const std::vector<std::string>& options) {
+  Compiled c = compile_once(source, name, arch, options);
+  NvrtcBatchOutput out;
+  for (const auto& e : entries) out.entries.push_back(resources_of(c, e, entries));
+  out.log = std::move(c.log);
+  out.milliseconds = c.milliseconds;
+  out.cubin = std::move(c.cubin);
   return out;
 }
 

@@ -57,4 +57,18 @@ NvrtcOutput compile_to_cubin(const std::string& source, const std::string& name,
                              const std::string& entry, const std::string& arch,
                              const std::vector<std::string>& options);
 
+// One program holding several kernels (see runtime/kernel_batch.hpp): one
+// CUBIN, and each entry's resources as compile_to_cubin reports them for a
+// program of its own (spills of non-entry functions count for every entry).
+struct NvrtcBatchOutput {
+  std::vector<char> cubin;
+  std::string log;
+  double milliseconds = 0;
+  std::vector<NvrtcOutput> entries;  // resources only (no cubin), in `entries` order
+};
+NvrtcBatchOutput compile_batch_to_cubin(const std::string& source, const std::string& name,
+                                        const std::vector<std::string>& entries,
+                                        const std::string& arch,
+                                        const std::vector<std::string>& options);
+
 }  // namespace fp8c::runtime
