@@ -311,7 +311,11 @@ void Session::backward(const std::string& name, const TensorRef& dy, const Layer
 }
 
 void Session::synchronize() {
-  impl_->step("(all)", [&] { impl_->finish_all(); });
+  impl_->step("(all)", [&] {
+    impl_->finish_all();
+    // Each layer's NaN verdict (nan = error), now known.
+    for (auto& [name, run] : impl_->layers) run.exec->check_nan_verdict(true);
+  });
 }
 
 void Session::save_state(const std::string& path) const {

@@ -66,14 +66,14 @@ tests=0
 if [ "${FP8C_SKIP_TESTS:-0}" != 1 ]; then
 echo "== GPU tests (kernels, cuBLASLt, collectives) and GPU executor / host API tests"
 export FP8C_CACHE_DIR=${FP8C_CACHE_DIR:-$(mktemp -d)}
-# compute-sanitizer memcheck and racecheck over every kernel kind (244 tests:
+# compute-sanitizer memcheck, racecheck and synccheck over every kernel kind (244 tests:
 # each bf16 per-tensor quantize variant on its six shapes, block/MX variants,
 # transpose, permute, scale update, epilogues and dequantize on misaligned
 # pointers, rank reductions), alongside the test shards: correctness does not
 # mind the shared GPU (under 4 minutes on the H200).
 sanitized='AllVariants/QuantizeGpu.MatchesTheCpuReference/*bf16*:AllVariants/BlockQuantizeGpu.MisalignedPointers/*:Shapes/TransposeGpu.*:Shapes/PermuteGpu.*:Variants/ScaleUpdateGpu.*:AllVariants/EpilogueGpu.ScalarPathOnMisalignedPointers/*bf16*:AllVariants/DequantizeGpu.ElementWisePathsOnMisalignedPointers/*:RankReduce*Gpu*'
 declare -A sanitizer_pid
-for tool in memcheck racecheck; do
+for tool in memcheck racecheck synccheck; do
   timeout 330 compute-sanitizer --tool $tool --error-exitcode 3 "$build/tests/runtime/runtime_tests" \
     --gtest_filter="$sanitized" > "$out/sanitizer_$tool.log" 2>&1 &
   sanitizer_pid[$tool]=$!
@@ -87,12 +87,12 @@ for log in tests executor_tests; do
   grep -E "Failure|Which is|want|differs|FAILED" "$out/$log.log" | head -n 30
   echo "slowest: $(grep -hE '^\[       OK \]' "$out/$log.log" | sed -E 's/.*OK \] (.*) \(([0-9]+) ms\)/\2 \1/' | sort -rn | head -n 3 | tr '\n' ';')"
 done
-echo "== compute-sanitizer (memcheck, racecheck) on every kernel kind"
-for tool in memcheck racecheck; do
+echo "== compute-sanitizer (memcheck, racecheck, synccheck) on every kernel kind"
+for tool in memcheck racecheck synccheck; do
   wait "${sanitizer_pid[$tool]}"
   rc=$?
   [ $rc -ne 0 ] && tests=1
-  echo "$tool: exit $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.log" | tail -n 1)," \
+  echo "$tool: exit $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY' "$out/sanitizer_$tool.log" | tail -n 1)," \
        "$(grep -c '^\[       OK' "$out/sanitizer_$tool.log") tests ok"
 done
 echo "== the example host program"

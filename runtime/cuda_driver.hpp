@@ -41,6 +41,8 @@ namespace fp8c::runtime {
   X(cuLaunchKernel, 4000)             \
   X(cuMemAlloc, 3020)                 \
   X(cuMemFree, 3020)                  \
+  X(cuMemAllocHost, 3020)             \
+  X(cuMemFreeHost, 2000)              \
   X(cuMemcpyHtoD, 3020)               \
   X(cuMemcpyDtoH, 3020)               \
   X(cuMemcpyDtoDAsync, 3020)          \

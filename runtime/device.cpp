@@ -47,6 +47,26 @@ DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
   FP8C_CU(driver().cuMemAlloc(&pointer_, bytes == 0 ? 1 : bytes));
 }
 
+PinnedHostBuffer::PinnedHostBuffer(std::size_t bytes) : bytes_(bytes) {
+  FP8C_CU(driver().cuMemAllocHost(&pointer_, bytes == 0 ? 1 : bytes));
+}
+
+PinnedHostBuffer::~PinnedHostBuffer() {
+  if (pointer_) driver().cuMemFreeHost(pointer_);
+}
+
+PinnedHostBuffer::PinnedHostBuffer(PinnedHostBuffer&& other) noexcept
+    : pointer_(std::exchange(other.pointer_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+PinnedHostBuffer& PinnedHostBuffer::operator=(PinnedHostBuffer&& other) noexcept {
+  if (this != &other) {
+    if (pointer_) driver().cuMemFreeHost(pointer_);
+    pointer_ = std::exchange(other.pointer_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
 DeviceBuffer::~DeviceBuffer() {
   if (pointer_) driver().cuMemFree(pointer_);
 }
@@ -112,6 +132,13 @@ Event::~Event() {
 void Event::record(CUstream stream) const {
   FP8C_CU(driver().cuEventRecord(event_, stream));
 }
+bool Event::done() const {
+  const CUresult r = driver().cuEventQuery(event_);
+  if (r == CUDA_ERROR_NOT_READY) return false;
+  FP8C_CU(r);
+  return true;
+}
+
 void Event::synchronize() const {
   FP8C_CU(driver().cuEventSynchronize(event_));
 }

@@ -89,6 +89,24 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
+// Page-locked host memory, so that a copy from the device into it is
+// asynchronous (enqueued, not waited for) and can be watched by an event.
+class PinnedHostBuffer {
+ public:
+  PinnedHostBuffer() = default;
+  explicit PinnedHostBuffer(std::size_t bytes);
+  ~PinnedHostBuffer();
+  PinnedHostBuffer(PinnedHostBuffer&& other) noexcept;
+  PinnedHostBuffer& operator=(PinnedHostBuffer&& other) noexcept;
+
+  void* get() const { return pointer_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* pointer_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
 class Stream {
  public:
   // Non-blocking: ordered with nothing else. Blocking: ordered with the
@@ -113,6 +131,8 @@ class Event {
   CUevent get() const { return event_; }
   void record(CUstream stream) const;
   void synchronize() const;
+  // Whether the work before the last record has finished; never waits.
+  bool done() const;
   // Milliseconds from `start` to this event (both recorded and complete).
   float since(const Event& start) const;
 

@@ -123,9 +123,9 @@ std::vector<CompiledKernel> Jit::compile_batch(const std::vector<const KernelSou
   // Each kernel is charged its share of the program's time, by source size.
   std::vector<CompiledKernel> out;
   for (std::size_t i = 0; i < kernels.size(); ++i)
-    out.push_back(store(*kernels[i], keys[i], lookups[i], batch.cubin, batch.entries[i],
-                        batch.milliseconds * static_cast<double>(kernels[i]->source.size()) /
-                            size));
+    out.push_back(
+        store(*kernels[i], keys[i], lookups[i], batch.cubin, batch.entries[i],
+              batch.milliseconds * static_cast<double>(kernels[i]->source.size()) / size));
   return out;
 }
 
@@ -159,8 +159,7 @@ std::vector<CompiledKernel> Jit::compile_all(const std::vector<KernelSource>& ke
   for (const auto& [options, indices] : misses) {
     const std::size_t share = std::max<std::size_t>(
         1, (threads * indices.size() + missing - 1) / std::max<std::size_t>(1, missing));
-    const std::size_t bins =
-        std::max(share, (indices.size() + kMaxBatch - 1) / kMaxBatch);
+    const std::size_t bins = std::max(share, (indices.size() + kMaxBatch - 1) / kMaxBatch);
     std::vector<double> costs;
     for (std::size_t i : indices) costs.push_back(static_cast<double>(kernels[i].source.size()));
     for (const auto& group : balance_batches(costs, bins)) {

@@ -32,8 +32,8 @@ std::vector<std::vector<std::size_t>> balance_batches(const std::vector<double>&
   std::vector<std::vector<std::size_t>> groups(bins);
   std::vector<double> load(bins, 0.0);
   for (std::size_t i : order) {
-    const auto lightest = static_cast<std::size_t>(
-        std::min_element(load.begin(), load.end()) - load.begin());
+    const auto lightest =
+        static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
     groups[lightest].push_back(i);
     load[lightest] += costs[i];
   }

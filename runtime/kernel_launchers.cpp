@@ -51,9 +51,11 @@ ScaleUpdateLauncher::ScaleUpdateLauncher(const Jit& jit, const ScaleUpdateKernel
 void ScaleUpdateLauncher::launch(const ScaleUpdateArgs& a, CUstream stream) const {
   if (!a.history || !a.amax || !a.previous_scale || !a.scale || !a.scale_inv)
     throw std::invalid_argument(kernel_.name() + ": null buffer");
-  void* args[] = {const_cast<CUdeviceptr*>(&a.history), const_cast<CUdeviceptr*>(&a.amax),
+  if (kernel_.guard > 0 && !a.guard)
+    throw std::invalid_argument(kernel_.name() + ": null NaN verdict (guard)");
+  void* args[] = {const_cast<CUdeviceptr*>(&a.history),        const_cast<CUdeviceptr*>(&a.amax),
                   const_cast<CUdeviceptr*>(&a.previous_scale), const_cast<CUdeviceptr*>(&a.scale),
-                  const_cast<CUdeviceptr*>(&a.scale_inv)};
+                  const_cast<CUdeviceptr*>(&a.scale_inv),      const_cast<CUdeviceptr*>(&a.guard)};
   LaunchShape shape;
   shape.grid[0] = static_cast<unsigned>(kernel_.tensors());
   shape.block[0] = kScaleUpdateThreads;

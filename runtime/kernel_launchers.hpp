@@ -57,6 +57,7 @@ struct ScaleUpdateArgs {
   CUdeviceptr previous_scale = 0;  // [tensors]; may equal scale
   CUdeviceptr scale = 0;           // [tensors]
   CUdeviceptr scale_inv = 0;       // [tensors]
+  CUdeviceptr guard = 0;           // [kernel.guard] floats, when the kernel has a guard
 };
 
 class ScaleUpdateLauncher {

@@ -47,8 +47,8 @@ void parse_resource_usage(const std::string& log, const std::string& entry,
   std::smatch m;
   for (auto from = log.cbegin(); std::regex_search(from, log.cend(), m, block);) {
     const std::string function = m[1];
-    const bool other_entry = function != entry && std::find(entries.begin(), entries.end(),
-                                                            function) != entries.end();
+    const bool other_entry =
+        function != entry && std::find(entries.begin(), entries.end(), function) != entries.end();
     if (!other_entry) {
       out.spill_stores += std::stoi(m[2]);
       out.spill_loads += std::stoi(m[3]);

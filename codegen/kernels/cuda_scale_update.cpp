@@ -40,6 +40,7 @@ std::string ScaleUpdateKernel::name() const {
   n += rule == AmaxAlgo::max ? "_max_" : "_recent_";
   for (ElemType f : formats) n += f == ElemType::e4m3 ? '4' : '5';
   if (scale_stride != 1) (n += "_s") += std::to_string(scale_stride);
+  if (guard > 0) (n += "_g") += std::to_string(guard);
   return n;
 }
 
@@ -49,11 +50,13 @@ KernelSource emit_cuda(const ScaleUpdateKernel& k) {
   if (k.margin < -100 || k.margin > 100)
     throw std::invalid_argument("scale update: |margin| must be at most 100");
   if (k.scale_stride < 1) throw std::invalid_argument("scale update: scale_stride below 1");
+  if (k.guard < 0) throw std::invalid_argument("scale update: negative guard");
   for (ElemType f : k.formats) require_fp8(f, "scale update format");
   std::string s = cuda_prelude();
   s += "#define HISTORY " + std::to_string(k.history_length) + "\n";
   s += "#define SCALE_STRIDE " + std::to_string(k.scale_stride) + "\n";
   s += "#define RULE_MAX " + std::string(k.rule == AmaxAlgo::max ? "true" : "false") + "\n";
+  s += "#define GUARD " + std::to_string(k.guard) + "\n";
   s += "// fp8_max * 2^-margin per tensor, as float bits\n";
   s += "__device__ const u32 kScaledMaxBits[" + std::to_string(k.formats.size()) + "] = {";
   for (std::size_t i = 0; i < k.formats.size(); ++i)
@@ -72,8 +75,18 @@ extern "C" __global__ void __launch_bounds__(256)
 )";
   s += k.name();
   s += R"((float* __restrict__ history, const float* __restrict__ amax_in,
-     const float* previous_scale, float* scale_out, float* __restrict__ scale_inv_out) {
+     const float* previous_scale, float* scale_out, float* __restrict__ scale_inv_out
+#if GUARD > 0
+     , const float* __restrict__ guard
+#endif
+     ) {
   const int tensor = blockIdx.x, t = threadIdx.x;
+#if GUARD > 0
+  // The NaN verdict: every block reads the same floats and returns before
+  // its first write (and before any barrier) if one is NaN.
+  for (int i = 0; i < GUARD; ++i)
+    if ((__float_as_uint(guard[i]) & 0x7FFFFFFFu) > 0x7F800000u) return;
+#endif
   float* h = history + (long long)tensor * HISTORY;
   const float newest = amax_in[tensor];
   u32 amax_bits = 0;

@@ -29,6 +29,10 @@ struct ScaleUpdateKernel {
   // next. The GPU executor uses 4, so that each scale_inv is 16-byte
   // aligned, as cuBLASLt wants its A/B scale pointers.
   int scale_stride = 1;
+  // Under `nan = error`: the number of floats of the layer's NaN verdict
+  // (its amaxes, agreed over the group) the kernel reads first; if any is
+  // NaN it writes nothing, so the state stays as it was (0: no guard).
+  int guard = 0;
 
   int tensors() const { return static_cast<int>(formats.size()); }
   std::string name() const;
@@ -41,7 +45,8 @@ inline constexpr int kScaleUpdateThreads = 256;
 //   float* history ([tensors][history_length], updated in place),
 //   const float* amax ([tensors]), const float* previous_scale ([tensors] at
 //   scale_stride), float* scale ([tensors] at scale_stride), float* scale_inv
-//   ([tensors] at scale_stride).
+//   ([tensors] at scale_stride), and with guard > 0 const float* guard
+//   ([guard]).
 // scale may be previous_scale (updated in place). Grid: one block of
 // kScaleUpdateThreads per tensor.
 KernelSource emit_cuda(const ScaleUpdateKernel& kernel);

@@ -8,7 +8,6 @@
 namespace fp8c {
 namespace {
 
-
 std::uint64_t round_up(std::uint64_t v, std::uint64_t to) {
   return (v + to - 1) / to * to;
 }
@@ -21,6 +20,7 @@ class Lowering {
   }
 
   LoweredLayer run() {
+    nan_verdict();
     lower_pass(plan_.forward, out_.forward);
     lower_pass(plan_.backward, out_.backward);
     lower_pass(plan_.update, out_.update);
@@ -154,13 +154,13 @@ class Lowering {
       launch(l, LaunchRole::dequantize_a, {operand_dequantize(a)});
       launch(l, LaunchRole::dequantize_b, {operand_dequantize(b)});
       const std::uint64_t bytes = element_bytes(layer_.dtype);
-      out_.staging.dequantized = std::max(
-          out_.staging.dequantized,
-          round_up(a.elements() * bytes, 256) + round_up(b.elements() * bytes, 256));
-      note_once(std::string(to_string(g.role)) + ": " + std::string(to_string(a.scaling)) +
-                " x " + std::string(to_string(b.scaling)) +
-                " operands dequantized to " + std::string(to_string(layer_.dtype)) +
-                " for a " + c.backend + " GEMM (its block-scaled GEMM does not read fp8c's "
+      out_.staging.dequantized =
+          std::max(out_.staging.dequantized,
+                   round_up(a.elements() * bytes, 256) + round_up(b.elements() * bytes, 256));
+      note_once(std::string(to_string(g.role)) + ": " + std::string(to_string(a.scaling)) + " x " +
+                std::string(to_string(b.scaling)) + " operands dequantized to " +
+                std::string(to_string(layer_.dtype)) + " for a " + c.backend +
+                " GEMM (its block-scaled GEMM does not read fp8c's "
                 "row-major block scales yet)");
     }
     const OutputEpilogue& e = g.epilogue;
@@ -234,7 +234,24 @@ class Lowering {
     k.margin = static_cast<int>(layer_.recipe.margin);
     k.rule = layer_.recipe.amax;
     k.scale_stride = 4;  // the GPU executor's state layout (runtime/gpu/layer_state.hpp)
+    if (out_.nan_verdict) k.guard = static_cast<int>(out_.nan_verdict->watched.size());
     launch(l, LaunchRole::scale_update, {k});
+  }
+
+  // The amaxes `nan = error` decides on: every quantize's and amax pass's.
+  void nan_verdict() {
+    if (layer_.recipe.nan != NanPolicy::error) return;
+    NanVerdict v;
+    for (const auto* pass : {&plan_.forward, &plan_.backward})
+      for (const Step& s : *pass) {
+        if (const auto* q = s.as<QuantizeStep>(); q && q->amax != kNoTensor)
+          v.watched.push_back({q->amax, q->src});
+        if (const auto* a = s.as<AmaxStep>(); a && a->amax != kNoTensor)
+          v.watched.push_back({a->amax, a->src});
+      }
+    if (v.watched.empty()) return;
+    v.all_reduce = plan_.ranks > 1;
+    out_.nan_verdict = std::move(v);
   }
 
   // `nan = error` is decided on the amax of every quantized quantity: one

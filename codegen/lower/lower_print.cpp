@@ -66,6 +66,12 @@ std::string print_lowered(const Plan& plan, const LoweredPlan& lowered) {
     for (const auto& u : l.unsupported) o << "  unsupported: " << u << "\n";
     print_pass(o, *lp, "forward", lp->forward, l.forward);
     print_pass(o, *lp, "backward", lp->backward, l.backward);
+    if (l.nan_verdict) {
+      o << "  nan verdict (nan = error), before the update: amax of";
+      for (const auto& w : l.nan_verdict->watched) o << " " << lp->tensor(w.source).name;
+      o << (l.nan_verdict->all_reduce ? "; all_reduce max over the group" : "")
+        << "; copied to the host; the scale update skips on NaN\n";
+    }
     print_pass(o, *lp, "update", lp->update, l.update);
     if (l.staging.dz_fp32 || l.staging.dequantized)
       o << "  staging: dz (fp32) " << l.staging.dz_fp32 << " B, dequantized operands "

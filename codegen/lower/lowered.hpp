@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -82,12 +83,30 @@ struct StagingSizes {
   std::uint64_t dequantized = 0;  // both dequantized operands of the largest such GEMM
 };
 
+// Under `nan = error`, the verdict each step takes on the device after
+// backward, before the update (no host round trip): the watched amaxes are
+// copied side by side, agreed over the group by a MAX all-reduce of their
+// bits (ranks > 1; NaN bits are the largest of non-negative floats, so a NaN
+// anywhere wins whatever the collective does with float NaN), and copied to
+// the host, where the next call on the layer (or synchronize) reports a NaN
+// by name. The scale update reads the agreed copy and writes nothing when it
+// holds a NaN (ScaleUpdateKernel::guard).
+struct NanVerdict {
+  struct Watched {
+    int amax = -1;    // a QuantizeStep's or AmaxStep's amax tensor
+    int source = -1;  // the tensor it is the amax of (named in the error)
+  };
+  std::vector<Watched> watched;  // forward then backward, in step order
+  bool all_reduce = false;
+};
+
 struct LoweredLayer {
   std::string layer;
   std::uint32_t ranks = 1;
   // One entry per plan step, same order.
   std::vector<LoweredStep> forward, backward, update;
   StagingSizes staging;
+  std::optional<NanVerdict> nan_verdict;
   // Every kernel the layer launches, each once, in order of first use.
   std::vector<GeneratedKernel> kernels;
   std::vector<std::string> notes;        // fallbacks taken, and why

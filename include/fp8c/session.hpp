@@ -123,10 +123,15 @@ class Session {
   // Tensors must be device memory of the session's GPU, 16-byte aligned.
   void forward(const std::string& layer, const LayerInputs& in, const TensorRef& y,
                void* stream = nullptr);
-  // Backward and the end of the layer's step: waits for the stream, fails
-  // (state unchanged) on a NaN under `nan = error`, then updates the scales.
+  // Backward and the end of the layer's step: enqueues the scale update and,
+  // under `nan = error`, the step's NaN verdict, taken on the GPU and agreed
+  // over the group there: nothing waits for the GPU. On a NaN the update
+  // writes nothing (the state stays as it was) and the error (naming the
+  // tensor) is thrown by synchronize() or by the first forward / backward
+  // on that layer called after the GPU finished the step, on every rank.
   void backward(const std::string& layer, const TensorRef& dy, const LayerGrads& out,
                 void* stream = nullptr);
+  // Waits for everything enqueued; throws a NaN verdict not yet reported.
   void synchronize();
 
   // Every layer's FP8 state, after the work already enqueued. load_state

@@ -130,7 +130,7 @@ GpuRankExecutor::GpuRankExecutor(const Layer& layer, const LayerPlan& plan,
       arena_.upload(one, sizeof one, offsets[i]);
 
   // Scratch: dbias tile partials of every launch that makes them (plus room
-  // for the NaN flag), then what the lowering says it stages.
+  // then what the lowering says it stages.
   std::size_t partial = 16;
   const auto partials = [&](const std::vector<Step>& steps, const std::vector<LoweredStep>& low) {
     for (std::size_t i = 0; i < steps.size(); ++i) {
@@ -149,6 +149,11 @@ GpuRankExecutor::GpuRankExecutor(const Layer& layer, const LayerPlan& plan,
   partials(plan.forward, lowered.forward);
   partials(plan.backward, lowered.backward);
   scratch_ = DeviceBuffer(partial);
+  if (lowered.nan_verdict) {
+    const std::size_t n = lowered.nan_verdict->watched.size();
+    verdict_ = DeviceBuffer(2 * n * 4);
+    verdict_host_ = PinnedHostBuffer(2 * n * 4);
+  }
   if (lowered.staging.dequantized) operand_scratch_ = DeviceBuffer(lowered.staging.dequantized);
   if (lowered.staging.dz_fp32) staging_ = DeviceBuffer(lowered.staging.dz_fp32);
 }
@@ -206,18 +211,17 @@ void GpuRankExecutor::zero(CUdeviceptr p, std::size_t bytes) {
 }
 
 void GpuRankExecutor::forward() {
+  check_nan_verdict(false);
   run_pass("forward", plan_.forward, lowered_.forward);
 }
 void GpuRankExecutor::backward() {
+  check_nan_verdict(false);
   run_pass("backward", plan_.backward, lowered_.backward);
 }
 
 void GpuRankExecutor::update() {
-  // Only `nan = error` needs the amaxes on the host before the update.
-  if (layer_.recipe.nan == NanPolicy::error) {
-    synchronize();
-    check_nan();
-  }
+  check_nan_verdict(false);
+  enqueue_nan_verdict();
   run_pass("update", plan_.update, lowered_.update);
 }
 
@@ -228,38 +232,52 @@ void GpuRankExecutor::run_gemms_only() {
 
 void GpuRankExecutor::synchronize() {
   r_.comm.synchronize(r_.stream);
+  check_nan_verdict(true);
 }
 
-void GpuRankExecutor::check_nan() {
-  if (layer_.recipe.nan != NanPolicy::error) return;
-  // This rank's verdict: the first quantized tensor whose amax is NaN.
+// The watched amaxes side by side (local), their MAX over the group as
+// bits (agreed), both copied to the host; the scale update reads `agreed`.
+// Nothing here waits for the GPU.
+void GpuRankExecutor::enqueue_nan_verdict() {
+  if (!lowered_.nan_verdict) return;
+  const auto& watched = lowered_.nan_verdict->watched;
+  const std::size_t n = watched.size();
+  // A verdict the host has not read yet is read first (this waits only if
+  // the GPU is a whole step behind on this layer): one buffer per layer.
+  check_nan_verdict(true);
+  const DriverApi& cu = driver();
+  const CUdeviceptr local = verdict_.get(), agreed = verdict_.get() + n * 4;
+  for (std::size_t i = 0; i < n; ++i)
+    FP8C_CU(cu.cuMemcpyDtoDAsync(local + i * 4, at(watched[i].amax), 4, r_.stream));
+  if (lowered_.nan_verdict->all_reduce)
+    r_.comm.all_reduce(local, agreed, n, ElemType::i32, ReduceOp::kMax, r_.stream);
+  else
+    FP8C_CU(cu.cuMemcpyDtoDAsync(agreed, local, n * 4, r_.stream));
+  FP8C_CU(cu.cuMemcpyDtoHAsync(verdict_host_.get(), local, 2 * n * 4, r_.stream));
+  verdict_ready_.record(r_.stream);
+  verdict_pending_ = true;
+}
+
+void GpuRankExecutor::check_nan_verdict(bool wait) {
+  if (!verdict_pending_) return;
+  if (!wait && !verdict_ready_.done()) return;
+  verdict_ready_.synchronize();
+  verdict_pending_ = false;
+  const auto& watched = lowered_.nan_verdict->watched;
+  const std::size_t n = watched.size();
+  const auto* values = static_cast<const float*>(verdict_host_.get());
+  // This rank's culprit: the first watched tensor whose amax is NaN; the
+  // group's verdict: any NaN in the agreed copy (every rank reads the same).
   std::string culprit;
-  const auto look = [&](int amax, int src) {
-    if (amax == kNoTensor || !culprit.empty()) return;
-    float v = 0;
-    FP8C_CU(driver().cuMemcpyDtoH(&v, at(amax), 4));
-    if (std::isnan(v)) culprit = plan_.tensor(src).name;
-  };
-  for (const auto* pass : {&plan_.forward, &plan_.backward})
-    for (const Step& s : *pass) {
-      if (const auto* q = s.as<QuantizeStep>()) look(q->amax, q->src);
-      if (const auto* a = s.as<AmaxStep>()) look(a->amax, a->src);
-    }
-  // The group's verdict: every rank fails the step, or none does, so no
-  // rank goes on into the update's collectives alone (and no rank's state
-  // takes a NaN another rank refused).
-  float flag = culprit.empty() ? 0.0f : 1.0f;
-  if (r_.comm.size() > 1) {
-    const CUdeviceptr d = scratch_.get() + scratch_.bytes() - 8;
-    copy_to_device(d, &flag, 4);
-    r_.comm.all_reduce(d, d, 1, ElemType::fp32, ReduceOp::kMax, r_.stream);
-    r_.comm.synchronize(r_.stream);
-    FP8C_CU(driver().cuMemcpyDtoH(&flag, d, 4));
+  bool group = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (culprit.empty() && std::isnan(values[i])) culprit = plan_.tensor(watched[i].source).name;
+    group = group || std::isnan(values[n + i]);
   }
-  if (flag != 0.0f)
+  if (group || !culprit.empty())
     throw ExecutorError("gpu executor: layer '" + layer_.name + "': NaN in " +
                         (culprit.empty() ? std::string("a tensor on another rank") : culprit) +
-                        " (recipe nan = error); the step is not applied");
+                        " (recipe nan = error); the step's scale update was not applied");
 }
 
 void GpuRankExecutor::run_pass(const char* pass, const std::vector<Step>& steps,
@@ -536,6 +554,7 @@ void GpuRankExecutor::scale_update(const ScaleUpdateStep& s, const LoweredStep& 
   a.previous_scale = state_.scale();
   a.scale = state_.scale();
   a.scale_inv = state_.scale_inv();
+  if (lowered_.nan_verdict) a.guard = verdict_.get() + lowered_.nan_verdict->watched.size() * 4;
   r_.kernels.scale_update(launch_kernel<ScaleUpdateKernel>(l, LaunchRole::scale_update))
       .launch(a, r_.stream);
 }

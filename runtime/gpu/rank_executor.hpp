@@ -79,12 +79,20 @@ class GpuRankExecutor {
   // (not the delayed scales: those are the state's); complete on return.
   void upload_externals(const cpu::TensorStore& host);
 
-  // Enqueue one pass. Under `nan = error`, update() first waits for the
-  // stream and fails (leaving the state as it was) if an amax is NaN.
+  // Enqueue one pass; none waits for the GPU. Under `nan = error`, update()
+  // enqueues the step's NaN verdict (LoweredLayer::nan_verdict) and a scale
+  // update that writes nothing on a NaN, so the state stays as it was. The
+  // host learns the verdict later: the first of forward(), backward() or
+  // update() called after the GPU finished that step, or synchronize(),
+  // throws ExecutorError naming the tensor (every rank of the group does).
   void forward();
   void backward();
   void update();
+  // Waits for the stream; throws a pending NaN verdict.
   void synchronize();
+  // Throws if the last verdict found a NaN; `wait`: wait for it, else only
+  // look if it is already known. Either way it is reported once.
+  void check_nan_verdict(bool wait);
 
   // Copies every tensor a step wrote (and every external) into `host`,
   // marking it written; the stream must be idle.
@@ -114,7 +122,7 @@ class GpuRankExecutor {
   Slot slot(int scale_tensor) const;
   CUdeviceptr at(int id) const { return addresses_.at(static_cast<std::size_t>(id)); }
   void zero(CUdeviceptr p, std::size_t bytes);
-  void check_nan();
+  void enqueue_nan_verdict();
 
   const Layer& layer_;
   const LayerPlan& plan_;
@@ -122,9 +130,13 @@ class GpuRankExecutor {
   RankResources r_;
   DeviceLayerState& state_;
   DeviceBuffer arena_;
-  DeviceBuffer scratch_;          // dbias tile partials
-  DeviceBuffer operand_scratch_;  // dequantized GEMM operands
-  DeviceBuffer staging_;          // dz before a block quantize that fuses no dact
+  DeviceBuffer scratch_;           // dbias tile partials
+  DeviceBuffer operand_scratch_;   // dequantized GEMM operands
+  DeviceBuffer staging_;           // dz before a block quantize that fuses no dact
+  DeviceBuffer verdict_;           // NaN verdict: the watched amaxes, then their group MAX
+  PinnedHostBuffer verdict_host_;  // ... as the host reads them
+  Event verdict_ready_;
+  bool verdict_pending_ = false;
   std::vector<CUdeviceptr> addresses_;
   std::vector<bool> state_view_;  // the address is in DeviceLayerState
   std::vector<bool> written_;

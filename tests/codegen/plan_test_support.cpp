@@ -4,16 +4,17 @@
 #include <filesystem>
 
 #include "fp8c/dsl.hpp"
+#include "tests/test_paths.hpp"
 
 namespace fp8c::testing {
 
 Spec example(const std::string& file) {
-  return load_spec(std::string(FP8C_EXAMPLES_DIR) + "/" + file);
+  return load_spec(::fp8c::testing::examples_dir() + "/" + file);
 }
 
 std::vector<std::string> example_files() {
   std::vector<std::string> files;
-  for (const auto& e : std::filesystem::directory_iterator(FP8C_EXAMPLES_DIR))
+  for (const auto& e : std::filesystem::directory_iterator(::fp8c::testing::examples_dir()))
     if (e.path().extension() == ".fp8") files.push_back(e.path().filename().string());
   std::sort(files.begin(), files.end());
   return files;

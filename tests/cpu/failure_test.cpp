@@ -19,6 +19,7 @@
 #include "cpu_test_support.hpp"
 #include "runtime/cpu/quantize.hpp"
 #include "runtime/cpu/verify.hpp"
+#include "tests/test_paths.hpp"
 
 namespace fp8c::cpu {
 namespace {
@@ -193,7 +194,7 @@ struct ToolRun {
 // `env` prefixes the command, e.g. "FP8C_GLOO_MODULE=/x".
 ToolRun run_tool(const std::string& args, const std::string& env = "") {
   ToolRun r;
-  const std::string cmd = env + " " + std::string(FP8C_TOOL) + " " + args + " 2>&1";
+  const std::string cmd = env + " " + ::fp8c::testing::built_path(FP8C_TOOL) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   std::array<char, 4096> buf{};
   while (std::size_t n = fread(buf.data(), 1, buf.size(), p)) r.out.append(buf.data(), n);
@@ -231,7 +232,7 @@ TEST(CpuVerifyCommand, ErrorsAndUsage) {
   EXPECT_EQ(run_tool("verify " + f + " --backend nccl").status, 2);
   EXPECT_EQ(run_tool("verify").status, 2);
   EXPECT_EQ(run_tool("verify " + f + " --layer nope").status, 1);
-  r = run_tool("verify " + std::string(FP8C_EXAMPLES) + "/gpt_mlp.fp8 --tokens 16");
+  r = run_tool("verify " + ::fp8c::testing::examples_dir() + "/gpt_mlp.fp8 --tokens 16");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.out.find("--force"), std::string::npos) << r.out;
 }
@@ -245,8 +246,9 @@ TEST(CpuGlooModule, ToolFindsTheModuleRelativeToItself) {
   const ToolRun r = run_tool("verify " + f + " --tokens 32", "env -u FP8C_GLOO_MODULE");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out.find("note:"), std::string::npos) << r.out;
-  const ToolRun named = run_tool("verify " + f + " --tokens 32 --backend gloo",
-                                 "FP8C_GLOO_MODULE=" FP8C_GLOO_MODULE_FILE);
+  const ToolRun named =
+      run_tool("verify " + f + " --tokens 32 --backend gloo",
+               "FP8C_GLOO_MODULE=" + ::fp8c::testing::built_path(FP8C_GLOO_MODULE_FILE));
   EXPECT_EQ(named.status, 0) << named.out;
 }
 
@@ -280,7 +282,7 @@ TEST(CpuGlooModule, WithoutTheModuleVerifyRunsInProcessUnlessGlooWasAskedFor) {
 // (at most 2^24 weights per layer; at 16 tokens).
 TEST(CpuVerifyCommand, SmallExamplesPass) {
   int run = 0;
-  for (const auto& e : std::filesystem::directory_iterator(FP8C_EXAMPLES)) {
+  for (const auto& e : std::filesystem::directory_iterator(::fp8c::testing::examples_dir())) {
     if (e.path().extension() != ".fp8") continue;
     const Spec spec = load_spec(e.path().string());
     const bool small = std::all_of(spec.layers.begin(), spec.layers.end(),

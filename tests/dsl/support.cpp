@@ -13,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include "tests/test_paths.hpp"
 
 namespace fp8c {
 void PrintTo(const Spec& spec, std::ostream* out) {
@@ -24,13 +25,13 @@ namespace fp8c::test {
 namespace fs = std::filesystem;
 
 std::string fp8c_binary() {
-  return FP8C_BINARY;
+  return ::fp8c::testing::built_path(FP8C_BINARY);
 }
 std::string malformed_dir() {
-  return FP8C_MALFORMED_DIR;
+  return ::fp8c::testing::source_path("tests/malformed");
 }
 std::string examples_dir() {
-  return FP8C_EXAMPLES_DIR;
+  return ::fp8c::testing::examples_dir();
 }
 
 namespace {

@@ -4,14 +4,20 @@
 // Skipped, visibly, without a GPU.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <iostream>
+#include <thread>
 
 #include "../cpu/cpu_test_support.hpp"
 #include "../runtime/gpu_fixture.hpp"
 #include "codegen/plan/planner.hpp"
 #include "fp8c/dsl.hpp"
+#include "runtime/comm/local_device_group.hpp"
 #include "runtime/gpu/gpu_verify.hpp"
+#include "runtime/gpu/kernel_set.hpp"
+#include "runtime/gpu/rank_executor.hpp"
 #include "runtime/gpu/run_layer.hpp"
+#include "tests/test_paths.hpp"
 
 namespace fp8c::runtime {
 namespace {
@@ -51,7 +57,7 @@ class GpuExamples : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GpuExamples, GpuEqualsCpuReference) {
   REQUIRE_GPU();
-  const Spec spec = load_spec(std::string(FP8C_EXAMPLES_DIR) + "/" + GetParam() + ".fp8");
+  const Spec spec = load_spec(::fp8c::testing::examples_dir() + "/" + GetParam() + ".fp8");
   cpu::VerifyOptions o;
   o.tokens = 64;
   o.steps = 2;
@@ -104,6 +110,46 @@ TEST(GpuExecutor, OneFailingRankEndsEveryRankWithAnErrorNotAHang) {
         << e.what();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+// nan = error with a NaN in one rank's shard only: the verdict is agreed on
+// the device, so every rank reports it (the one that holds the NaN names the
+// tensor) and none goes on alone; all within the collectives' timeout.
+TEST(GpuExecutor, ANanOnOneRankIsReportedByEveryRank) {
+  REQUIRE_GPU();
+  for (const char* mode : {"column", "row"}) {
+    SCOPED_TRACE(mode);
+    const Spec spec = spec_from(
+        layer_text("delayed { history = 4  nan = error }", mode, true, 2, 256, 512, "bias = true"));
+    const Layer& layer = spec.layers[0];
+    PlanOptions po;
+    po.tokens = 256;
+    const Plan plan = plan_spec(spec, po);
+    cpu::LayerData data = cpu::random_layer_data(layer, 256, 3);
+    // Token 200, feature 200: rank 1's sequence shard (column + SP) and
+    // feature shard (row).
+    data.x[200 * layer.in + 200] = NAN;
+    const KernelSet kernels(*gpu().jit, lower_for_gpu(layer, plan.layers[0]).kernels);
+    LocalDeviceGroup group(2, std::chrono::milliseconds(20000), *gpu().jit);
+    std::vector<std::unique_ptr<DeviceCommunicator>> comms;
+    for (int r = 0; r < 2; ++r) comms.push_back(group.communicator(r));
+    std::vector<std::string> errors(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          gpu().device->make_current();
+          run_rank_on_gpu(kernels, *comms[static_cast<std::size_t>(r)], layer, plan.layers[0],
+                          {data});
+          errors[static_cast<std::size_t>(r)] = "(no error)";
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(r)] = e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+    EXPECT_NE(errors[1].find("NaN in l.x"), std::string::npos) << errors[1];
+    EXPECT_NE(errors[0].find("NaN in a tensor on another rank"), std::string::npos) << errors[0];
+  }
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "codegen/plan/planner.hpp"
 #include "fp8c/dsl.hpp"
 #include "runtime/gpu/rank_executor.hpp"
+#include "tests/test_paths.hpp"
 
 namespace fp8c::runtime {
 namespace {
@@ -47,7 +48,7 @@ TEST(ExecutorLogic, EveryExampleAtItsRanksHasEveryKernelItNeeds) {
   for (const char* name : {"ada_delayed", "current_scaling_debug", "single_gpu_reference",
                            "blockwise_mlp", "mxfp8_proj", "gpt_mlp", "attention_out_then_mlp"}) {
     SCOPED_TRACE(name);
-    const Spec spec = load_spec(std::string(FP8C_EXAMPLES_DIR) + "/" + name + ".fp8");
+    const Spec spec = load_spec(::fp8c::testing::examples_dir() + "/" + name + ".fp8");
     PlanOptions o;
     o.tokens = 1024;
     const Plan plan = plan_spec(spec, o);
@@ -132,6 +133,42 @@ TEST(ExecutorLogic, DelayedScaleUpdatesUseTheExecutorsStateStride) {
   EXPECT_EQ(updates[0].history_length, 8u);
 }
 
+// nan = error: the verdict watches every amax the layer computes (forward
+// then backward), is agreed over the group when there is one, and the scale
+// update reads it; other policies take no verdict.
+TEST(ExecutorLogic, NanErrorLowersToADeviceVerdictThatGuardsTheScaleUpdate) {
+  for (const std::uint32_t ranks : {1u, 2u, 3u}) {
+    SCOPED_TRACE(std::to_string(ranks) + " ranks");
+    const auto k =
+        kernels_of(layer_text("delayed { history = 8  nan = error }", "column", ranks > 1,
+                              static_cast<int>(ranks), 384, 768, "bias = true  activation = gelu"),
+                   ranks, 384);
+    ASSERT_TRUE(k.nan_verdict.has_value());
+    EXPECT_EQ(k.nan_verdict->all_reduce, ranks > 1);
+    const Spec spec =
+        spec_from(layer_text("delayed { history = 8  nan = error }", "column", ranks > 1,
+                             static_cast<int>(ranks), 384, 768, "bias = true  activation = gelu"));
+    PlanOptions o;
+    o.ranks = ranks;
+    o.tokens = 384;
+    const Plan plan = plan_spec(spec, o);
+    std::vector<std::string> sources;
+    for (const auto& w : k.nan_verdict->watched)
+      sources.push_back(plan.layers[0].tensor(w.source).name);
+    EXPECT_EQ(sources, (std::vector<std::string>{"l.x", "l.w", "l.dy"}));
+    const auto updates = all_of<ScaleUpdateKernel>(k);
+    ASSERT_EQ(updates.size(), 1u);
+    EXPECT_EQ(updates[0].guard, static_cast<int>(k.nan_verdict->watched.size()));
+  }
+  for (const char* recipe : {"delayed { history = 8 }", "current { nan = error }"}) {
+    SCOPED_TRACE(recipe);
+    const auto k = kernels_of(layer_text(recipe, "row", false, 2, 512, 256), 2, 512);
+    const bool error = std::string(recipe).find("error") != std::string::npos;
+    EXPECT_EQ(k.nan_verdict.has_value(), error);
+    for (const auto& u : all_of<ScaleUpdateKernel>(k)) EXPECT_EQ(u.guard, 0);
+  }
+}
+
 // `fp8c emit` (and so `fp8c compile`, which reads the same lowering) lists
 // exactly the kernels a Session compiles, for every example: the tool is
 // run as a user runs it, found beside this test binary in the build tree.
@@ -142,7 +179,7 @@ TEST(ExecutorLogic, Fp8cEmitListsTheKernelsASessionCompiles) {
   for (const char* name : {"ada_delayed", "current_scaling_debug", "single_gpu_reference",
                            "blockwise_mlp", "mxfp8_proj", "gpt_mlp", "attention_out_then_mlp"}) {
     SCOPED_TRACE(name);
-    const std::string file = std::string(FP8C_EXAMPLES_DIR) + "/" + name + ".fp8";
+    const std::string file = ::fp8c::testing::examples_dir() + "/" + name + ".fp8";
     SessionOptions o;
     o.tokens = 2048;
     std::set<std::string> session;

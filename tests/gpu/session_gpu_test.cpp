@@ -62,11 +62,22 @@ struct Outputs {
   }
 };
 
+// One step's inputs on the device; they must outlive the step's work.
+struct StepInputs {
+  StepInputs(const Layer& l, const cpu::LayerData& d, std::int64_t tokens)
+      : x(d.x, tokens, l.in), w(d.w, l.out, l.in), b(d.b, l.out, 1), dy(d.dy, tokens, l.out) {}
+  Bf16Buffer x, w, b, dy;
+};
+
+// Enqueues layer l's step (nothing waits for the GPU).
+void enqueue_step(Session& s, const StepInputs& in, Outputs& o) {
+  s.forward("l", {in.x.ref, in.w.ref, in.b.ref}, o.ry);
+  s.backward("l", in.dy.ref, {o.rdx, o.rdw, o.rdb});
+}
+
 void run_step(Session& s, const cpu::LayerData& d, Outputs& o, std::int64_t tokens) {
-  const Layer& l = s.spec().layers[0];
-  Bf16Buffer x(d.x, tokens, l.in), w(d.w, l.out, l.in), b(d.b, l.out, 1), dy(d.dy, tokens, l.out);
-  s.forward("l", {x.ref, w.ref, b.ref}, o.ry);
-  s.backward("l", dy.ref, {o.rdx, o.rdw, o.rdb});
+  const StepInputs in(s.spec().layers[0], d, tokens);
+  enqueue_step(s, in, o);
   s.synchronize();
 }
 
@@ -155,18 +166,48 @@ TEST(Session, ANanStepUnderNanErrorLeavesTheStateAsItWas) {
   s.save_state(before);
   cpu::LayerData poisoned = cpu::random_layer_data(l, 128, 6);
   poisoned.x[17] = NAN;
+  // The verdict is the GPU's: the step enqueues without waiting, and
+  // synchronize() reports it, once.
+  const StepInputs bad(l, poisoned, 128);
+  enqueue_step(s, bad, o);
   try {
-    run_step(s, poisoned, o, 128);
+    s.synchronize();
     ADD_FAILURE() << "a NaN input passed under nan = error";
   } catch (const SessionError& e) {
     EXPECT_NE(std::string(e.what()).find("NaN in l.x"), std::string::npos) << e.what();
   }
+  EXPECT_NO_THROW(s.synchronize()) << "reported once";
   s.save_state(after);
   std::ifstream a(before), b(after);
   EXPECT_EQ(std::string((std::istreambuf_iterator<char>(a)), {}),
             std::string((std::istreambuf_iterator<char>(b)), {}));
   // And the next good step runs.
   EXPECT_NO_THROW(run_step(s, cpu::random_layer_data(l, 128, 8), o, 128));
+  EXPECT_NO_THROW(s.synchronize());
+}
+
+TEST(Session, ANanVerdictSurfacesAtTheNextCallOnTheLayer) {
+  REQUIRE_GPU();
+  Session s(write_spec("nan_next", kDelayedLayer), options_for(128));
+  const Layer& l = s.spec().layers[0];
+  Outputs o(128, l.in, l.out);
+  cpu::LayerData poisoned = cpu::random_layer_data(l, 128, 6);
+  poisoned.dy[3] = NAN;
+  const StepInputs bad(l, poisoned, 128);
+  enqueue_step(s, bad, o);
+  // save_state waits for the GPU but leaves the verdict to the layer's calls.
+  const std::string path = (fs::temp_directory_path() / "fp8c_session_nan_next.txt").string();
+  s.save_state(path);
+  fs::remove(path);
+  const StepInputs good(l, cpu::random_layer_data(l, 128, 7), 128);
+  try {
+    enqueue_step(s, good, o);
+    ADD_FAILURE() << "the NaN step's verdict was not reported by the next call on the layer";
+  } catch (const SessionError& e) {
+    EXPECT_NE(std::string(e.what()).find("NaN in l.dy"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(run_step(s, cpu::random_layer_data(l, 128, 8), o, 128));
+  EXPECT_NO_THROW(s.synchronize());
 }
 
 TEST(Session, BadArgumentsNameTheProblem) {

@@ -34,6 +34,7 @@
 #include "runtime/gpu/kernel_set.hpp"
 #include "runtime/gpu/rank_executor.hpp"
 #include "runtime/gpu/run_layer.hpp"
+#include "tests/test_paths.hpp"
 
 namespace fp8c::runtime {
 namespace {
@@ -150,7 +151,7 @@ class MultiGpuExamples : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MultiGpuExamples, EveryRankMatchesTheCpuReference) {
   REQUIRE_JOB();
-  const Spec spec = load_spec(std::string(FP8C_EXAMPLES_DIR) + "/" + GetParam() + ".fp8");
+  const Spec spec = load_spec(::fp8c::testing::examples_dir() + "/" + GetParam() + ".fp8");
   cpu::VerifyOptions o;
   o.tokens = 64;
   o.steps = 2;

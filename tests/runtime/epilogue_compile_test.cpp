@@ -14,6 +14,7 @@
 #include "epilogue_variants.hpp"
 #include "fp8c/dsl.hpp"
 #include "runtime/nvrtc.hpp"
+#include "tests/test_paths.hpp"
 
 namespace fp8c::runtime {
 namespace {
@@ -134,7 +135,7 @@ layer d = linear {
 // dequantize kernels of block-scaled GEMM operands compile.
 TEST(EpilogueCompile, PlansMapEpilogueAndDequantizeStepsToKernels) {
   std::vector<Spec> specs;
-  for (const auto& entry : std::filesystem::directory_iterator(FP8C_EXAMPLES_DIR))
+  for (const auto& entry : std::filesystem::directory_iterator(::fp8c::testing::examples_dir()))
     if (entry.path().extension() == ".fp8") specs.push_back(load_spec(entry.path().string()));
   specs.push_back(spec_from(kRowChain));
   specs.push_back(spec_from(kDebugFallbacks));

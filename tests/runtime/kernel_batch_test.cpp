@@ -26,19 +26,24 @@ namespace fs = std::filesystem;
 // kernels do.
 KernelSource add_kernel(int i) {
   const std::string n = std::to_string(i);
-  return {"add_" + n, "add_" + n,
-          "#define ADDEND " + n + ".0f\n"
-          "typedef unsigned int u32;\n"
-          "__device__ __forceinline__ float bump(float x) { return x + ADDEND + 1.0f; }\n"
-          "extern \"C\" __global__ void add_" + n + "(float* x, u32 n) {\n"
-          "  u32 i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-          "  if (i < n) x[i] = bump(x[i]);\n}\n",
+  return {"add_" + n,
+          "add_" + n,
+          "#define ADDEND " + n +
+              ".0f\n"
+              "typedef unsigned int u32;\n"
+              "__device__ __forceinline__ float bump(float x) { return x + ADDEND + 1.0f; }\n"
+              "extern \"C\" __global__ void add_" +
+              n +
+              "(float* x, u32 n) {\n"
+              "  u32 i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+              "  if (i < n) x[i] = bump(x[i]);\n}\n",
           {}};
 }
 
 // Keeps 96 live values under a 32-register cap: ptxas must spill them.
 KernelSource spilling_kernel() {
-  return {"spilling", "spilling",
+  return {"spilling",
+          "spilling",
           "#define ADDEND 0.5f\n"
           "extern \"C\" __global__ void spilling(float* x, int n) {\n"
           "  float a[96];\n#pragma unroll\n"
@@ -109,9 +114,7 @@ class BatchJitTest : public ::testing::Test {
     fs::remove_all(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
-  Jit jit(const std::string& arch = "sm_90a") const {
-    return Jit(arch, CubinCache(dir_.string()));
-  }
+  Jit jit(const std::string& arch = "sm_90a") const { return Jit(arch, CubinCache(dir_.string())); }
   fs::path dir_;
 };
 

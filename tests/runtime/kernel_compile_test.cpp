@@ -10,6 +10,7 @@
 #include "fp8c/dsl.hpp"
 #include "kernel_variants.hpp"
 #include "runtime/jit.hpp"
+#include "tests/test_paths.hpp"
 
 namespace fp8c::runtime {
 namespace {
@@ -57,7 +58,7 @@ TEST(KernelCompile, NonFp8FormatsAreRejected) {
 // Every kernel that the plan of every example needs, at the ranks the example
 // asks for, compiles without spills.
 TEST(KernelCompile, EveryExampleSpecsKernelsCompileWithoutSpills) {
-  const std::filesystem::path examples = FP8C_EXAMPLES_DIR;
+  const std::filesystem::path examples = ::fp8c::testing::examples_dir();
   std::vector<KernelSource> sources;
   std::size_t specs = 0;
   for (const auto& entry : std::filesystem::directory_iterator(examples)) {

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 #include <vector>
+#include "tests/test_paths.hpp"
 
 namespace {
 
@@ -64,28 +65,28 @@ void expect_none_of(const std::string& binary, std::initializer_list<const char*
   } while (0)
 
 TEST(Linkage, FpcToolNeedsNoCudaLibraryAndNoGloo) {
-  REQUIRE_BUILT(FP8C_TOOL_PATH);
-  expect_none_of(FP8C_TOOL_PATH, kCuda);
-  expect_none_of(FP8C_TOOL_PATH, {"libgloo", "libfp8c_gloo"});
+  REQUIRE_BUILT(::fp8c::testing::built_path(FP8C_TOOL_PATH));
+  expect_none_of(::fp8c::testing::built_path(FP8C_TOOL_PATH), kCuda);
+  expect_none_of(::fp8c::testing::built_path(FP8C_TOOL_PATH), {"libgloo", "libfp8c_gloo"});
 }
 
 TEST(Linkage, SharedLibraryNeedsNoCudaLibraryAndNoGloo) {
-  REQUIRE_BUILT(FP8C_LIBRARY_PATH);
-  expect_none_of(FP8C_LIBRARY_PATH, kCuda);
-  expect_none_of(FP8C_LIBRARY_PATH, {"libgloo", "libfp8c_gloo"});
+  REQUIRE_BUILT(::fp8c::testing::built_path(FP8C_LIBRARY_PATH));
+  expect_none_of(::fp8c::testing::built_path(FP8C_LIBRARY_PATH), kCuda);
+  expect_none_of(::fp8c::testing::built_path(FP8C_LIBRARY_PATH), {"libgloo", "libfp8c_gloo"});
 }
 
 TEST(Linkage, RuntimeTestsHaveNoCudaLibraryDependency) {
-  REQUIRE_BUILT(FP8C_SELF_PATH);
-  expect_none_of(FP8C_SELF_PATH, kCuda);
+  REQUIRE_BUILT(::fp8c::testing::built_path(FP8C_SELF_PATH));
+  expect_none_of(::fp8c::testing::built_path(FP8C_SELF_PATH), kCuda);
 }
 
 // The module is where gloo went: it needs libgloo (so the checks above would
 // see it if it leaked back) and nothing of CUDA.
 TEST(Linkage, GlooModuleNeedsGlooAndNoCudaLibrary) {
-  REQUIRE_BUILT(FP8C_GLOO_MODULE_PATH);
-  EXPECT_TRUE(needs(needed(FP8C_GLOO_MODULE_PATH), "libgloo"));
-  expect_none_of(FP8C_GLOO_MODULE_PATH, kCuda);
+  REQUIRE_BUILT(::fp8c::testing::built_path(FP8C_GLOO_MODULE_PATH));
+  EXPECT_TRUE(needs(needed(::fp8c::testing::built_path(FP8C_GLOO_MODULE_PATH)), "libgloo"));
+  expect_none_of(::fp8c::testing::built_path(FP8C_GLOO_MODULE_PATH), kCuda);
 }
 
 }  // namespace

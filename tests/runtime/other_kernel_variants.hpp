@@ -23,6 +23,12 @@ inline std::vector<GeneratedKernel> other_kernel_variants() {
   std::vector<GeneratedKernel> all = {
       {TransposeKernel{}}, {PermuteKernel{1}}, {PermuteKernel{2}}, {PermuteKernel{4}}};
   for (const auto& k : scale_update_variants()) all.push_back({k});
+  // Guarded by a NaN verdict (nan = error), as the GPU executor launches it.
+  ScaleUpdateKernel guarded{
+      {ElemType::e4m3, ElemType::e4m3, ElemType::e5m2}, 1024, 0, AmaxAlgo::max};
+  guarded.scale_stride = 4;
+  guarded.guard = 3;
+  all.push_back({guarded});
   return all;
 }
 

@@ -12,6 +12,7 @@
 #include "fp8c/dsl.hpp"
 #include "other_kernel_variants.hpp"
 #include "runtime/jit.hpp"
+#include "tests/test_paths.hpp"
 
 namespace fp8c::runtime {
 namespace {
@@ -64,7 +65,7 @@ TEST(OtherKernelsCompile, BadDescriptionsAreRejected) {
 // scale_update steps all have kernels now, never "not generated".
 TEST(OtherKernelsCompile, PlansMapTransposePermuteAndScaleUpdateStepsToKernels) {
   std::set<std::string> kinds;
-  for (const auto& entry : std::filesystem::directory_iterator(FP8C_EXAMPLES_DIR)) {
+  for (const auto& entry : std::filesystem::directory_iterator(::fp8c::testing::examples_dir())) {
     if (entry.path().extension() != ".fp8") continue;
     const Spec spec = load_spec(entry.path().string());
     for (std::uint32_t ranks : {1u, 2u, 8u}) {

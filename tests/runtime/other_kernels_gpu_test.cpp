@@ -247,5 +247,67 @@ INSTANTIATE_TEST_SUITE_P(Variants, ScaleUpdateGpu,
                          ::testing::ValuesIn(testing::scale_update_variants()),
                          [](const auto& info) { return info.param.name(); });
 
+// Under `nan = error` the update reads the layer's NaN verdict first: finite
+// values change nothing about what it computes; a NaN anywhere in it (or a
+// NaN with its sign bit set) leaves every byte it would write as it was.
+TEST(ScaleUpdateGuardGpu, WritesNothingWhenTheVerdictHoldsANan) {
+  REQUIRE_GPU();
+  testing::Gpu& g = gpu();
+  ScaleUpdateKernel k{{ElemType::e4m3, ElemType::e5m2}, 16, 0, AmaxAlgo::max};
+  k.guard = 3;
+  const ScaleUpdateLauncher launcher(*g.jit, k);
+  const std::size_t n = 2, len = 16;
+  ScaleUpdateState state;
+  for (std::size_t i = 0; i < n * len; ++i) state.history.push_back(0.25f * float(i + 1));
+  state.scale = {0.5f, 1.5f};
+  DeviceBuffer history(n * len * 4), amax(n * 4), scale(n * 4), scale_inv(n * 4), guard(3 * 4);
+  history.upload(state.history.data(), n * len * 4);
+  scale.upload(state.scale.data(), n * 4);
+  const std::vector<float> a = {3.0f, 70.0f};
+  amax.upload(a.data(), n * 4);
+  Stream stream;
+  const auto run = [&](std::vector<float> verdict) {
+    guard.upload(verdict.data(), 3 * 4);
+    scale_inv.fill(kPoison, stream.get());
+    ScaleUpdateArgs args{history.get(), amax.get(), scale.get(), scale.get(), scale_inv.get()};
+    args.guard = guard.get();
+    launcher.launch(args, stream.get());
+    stream.synchronize();
+  };
+  const auto bytes = [&](const DeviceBuffer& b) {
+    std::vector<std::uint8_t> v(b.bytes());
+    b.download(v.data(), v.size());
+    return v;
+  };
+  // Finite verdict: as the unguarded update.
+  run({1.0f, 0.0f, INFINITY});
+  const ScaleUpdateState want = reference_scale_update(k, state, a);
+  std::vector<float> got_scale(n), got_history(n * len);
+  scale.download(got_scale.data(), n * 4);
+  history.download(got_history.data(), n * len * 4);
+  for (std::size_t t = 0; t < n; ++t)
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(got_scale[t]),
+              std::bit_cast<std::uint32_t>(want.scale[t]));
+  EXPECT_EQ(std::memcmp(got_history.data(), want.history.data(), n * len * 4), 0);
+  // A NaN in any slot, either sign: nothing written.
+  for (const float nan :
+       {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()})
+    for (int slot = 0; slot < 3; ++slot) {
+      SCOPED_TRACE("NaN in slot " + std::to_string(slot));
+      const auto h0 = bytes(history), s0 = bytes(scale);
+      std::vector<float> verdict = {1.0f, 2.0f, 3.0f};
+      verdict[static_cast<std::size_t>(slot)] = nan;
+      run(verdict);
+      EXPECT_EQ(bytes(history), h0);
+      EXPECT_EQ(bytes(scale), s0);
+      for (std::uint8_t b : bytes(scale_inv)) ASSERT_EQ(b, kPoison) << "scale_inv written";
+    }
+  EXPECT_THROW(
+      launcher.launch({history.get(), amax.get(), scale.get(), scale.get(), scale_inv.get()},
+                      stream.get()),
+      std::invalid_argument)
+      << "a guarded update without its verdict is refused";
+}
+
 }  // namespace
 }  // namespace fp8c::runtime

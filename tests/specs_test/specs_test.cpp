@@ -19,6 +19,7 @@
 
 #include "fp8c/dsl.hpp"
 #include "tests/specs_test/oracle_case.hpp"
+#include "tests/test_paths.hpp"
 
 namespace fp8c::spectest {
 namespace {
@@ -29,7 +30,7 @@ const std::vector<std::uint32_t> kRanks = {1, 2, 3, 4, 6, 8};
 
 std::vector<std::string> spec_files() {
   std::vector<std::string> files;
-  for (const auto& entry : fs::directory_iterator(FP8C_SPECS_DIR))
+  for (const auto& entry : fs::directory_iterator(::fp8c::testing::source_path("tests/specs")))
     if (entry.is_regular_file() && entry.path().extension() == ".fp8")
       files.push_back(entry.path().string());
   std::sort(files.begin(), files.end());
