@@ -71,7 +71,7 @@ export FP8C_CACHE_DIR=${FP8C_CACHE_DIR:-$(mktemp -d)}
 # transpose, permute, scale update, epilogues and dequantize on misaligned
 # pointers, rank reductions), alongside the test shards: correctness does not
 # mind the shared GPU (under 4 minutes on the H200).
-sanitized='AllVariants/QuantizeGpu.MatchesTheCpuReference/*bf16*:AllVariants/BlockQuantizeGpu.MisalignedPointers/*:Shapes/TransposeGpu.*:Shapes/PermuteGpu.*:Variants/ScaleUpdateGpu.*:AllVariants/EpilogueGpu.ScalarPathOnMisalignedPointers/*bf16*:AllVariants/DequantizeGpu.ElementWisePathsOnMisalignedPointers/*:RankReduce*Gpu*'
+sanitized='AllVariants/QuantizeGpu.MatchesTheCpuReference/*bf16*:AllVariants/BlockQuantizeGpu.MisalignedPointers/*:Shapes/TransposeGpu.*:Shapes/PermuteGpu.*:Variants/ScaleUpdateGpu.*:ScaleUpdateGuardGpu.*:AllVariants/EpilogueGpu.ScalarPathOnMisalignedPointers/*bf16*:AllVariants/DequantizeGpu.ElementWisePathsOnMisalignedPointers/*:RankReduce*Gpu*'
 declare -A sanitizer_pid
 for tool in memcheck racecheck synccheck; do
   timeout 330 compute-sanitizer --tool $tool --error-exitcode 3 "$build/tests/runtime/runtime_tests" \
