@@ -5,7 +5,8 @@
 //   1. FP8C_SOURCE_DIR / FP8C_BUILD_DIR from the environment, when set;
 //   2. the folders the build was configured in, when they are here;
 //   3. the nearest folder above the current directory, then above the test
-//      binary, that holds what is looked for.
+//      binary, that holds what is looked for (for a built program: above the
+//      test binary first, and only a file).
 // A path none of these finds is returned as the configured one, so the
 // error names where it was expected.
 #pragma once
@@ -16,6 +17,7 @@
 #include <filesystem>
 #include <string>
 #include <system_error>
+#include <vector>
 
 namespace fp8c::testing {
 
@@ -28,16 +30,21 @@ inline std::filesystem::path own_directory() {
 }
 
 // `relative` under `env`'s folder, the configured folder, or the nearest
-// ancestor of the working directory or of this binary's folder.
+// ancestor of the `starts`, in order. A built program must be a file: the
+// source tree has folders of the same names (tools/fp8c).
 inline std::filesystem::path find(const char* env, const std::filesystem::path& configured,
-                                  const std::filesystem::path& relative) {
+                                  const std::filesystem::path& relative,
+                                  const std::vector<std::filesystem::path>& starts, bool file) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  const auto fits = [&](const fs::path& p) {
+    return file ? fs::is_regular_file(p, ec) : fs::exists(p, ec);
+  };
   if (const char* dir = std::getenv(env); dir && *dir) return fs::path(dir) / relative;
-  if (fs::exists(configured / relative, ec)) return configured / relative;
-  for (fs::path start : {fs::current_path(ec), own_directory()})
+  if (fits(configured / relative)) return configured / relative;
+  for (const fs::path& start : starts)
     for (fs::path d = start; !d.empty(); d = d.parent_path()) {
-      if (fs::exists(d / relative, ec)) return d / relative;
+      if (fits(d / relative)) return d / relative;
       if (d == d.root_path()) break;
     }
   return configured / relative;
@@ -47,7 +54,11 @@ inline std::filesystem::path find(const char* env, const std::filesystem::path& 
 
 // A file or folder of the source tree, e.g. source_path("examples").
 inline std::string source_path(const std::string& relative) {
-  return paths_detail::find("FP8C_SOURCE_DIR", FP8C_CONFIGURED_SOURCE_DIR, relative).string();
+  std::error_code ec;
+  return paths_detail::find("FP8C_SOURCE_DIR", FP8C_CONFIGURED_SOURCE_DIR, relative,
+                            {std::filesystem::current_path(ec), paths_detail::own_directory()},
+                            false)
+      .string();
 }
 
 inline std::string examples_dir() {
@@ -61,7 +72,12 @@ inline std::string built_path(const std::string& configured) {
   const std::filesystem::path relative =
       std::filesystem::path(configured).lexically_relative(build);
   if (relative.empty() || *relative.begin() == "..") return configured;
-  return paths_detail::find("FP8C_BUILD_DIR", build, relative).string();
+  // This binary's build tree first: a carried build sits inside a checkout.
+  std::error_code ec;
+  return paths_detail::find("FP8C_BUILD_DIR", build, relative,
+                            {paths_detail::own_directory(), std::filesystem::current_path(ec)},
+                            true)
+      .string();
 }
 
 }  // namespace fp8c::testing
