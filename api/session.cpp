@@ -314,7 +314,7 @@ void Session::synchronize() {
   impl_->step("(all)", [&] {
     impl_->finish_all();
     // Each layer's NaN verdict (nan = error), now known.
-    for (auto& [name, run] : impl_->layers) run.exec->check_nan_verdict(true);
+    for (auto& [name, run] : impl_->layers) run.exec->check_nan_verdict();
   });
 }
 

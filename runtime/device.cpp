@@ -132,13 +132,6 @@ Event::~Event() {
 void Event::record(CUstream stream) const {
   FP8C_CU(driver().cuEventRecord(event_, stream));
 }
-bool Event::done() const {
-  const CUresult r = driver().cuEventQuery(event_);
-  if (r == CUDA_ERROR_NOT_READY) return false;
-  FP8C_CU(r);
-  return true;
-}
-
 void Event::synchronize() const {
   FP8C_CU(driver().cuEventSynchronize(event_));
 }

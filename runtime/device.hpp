@@ -131,8 +131,6 @@ class Event {
   CUevent get() const { return event_; }
   void record(CUstream stream) const;
   void synchronize() const;
-  // Whether the work before the last record has finished; never waits.
-  bool done() const;
   // Milliseconds from `start` to this event (both recorded and complete).
   float since(const Event& start) const;
 

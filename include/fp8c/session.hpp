@@ -127,8 +127,8 @@ class Session {
   // under `nan = error`, the step's NaN verdict, taken on the GPU and agreed
   // over the group there: nothing waits for the GPU. On a NaN the update
   // writes nothing (the state stays as it was) and the error (naming the
-  // tensor) is thrown by synchronize() or by the first forward / backward
-  // on that layer called after the GPU finished the step, on every rank.
+  // tensor) is thrown once, by synchronize() or by the layer's next forward
+  // (which waits for that verdict), on every rank at the same call.
   void backward(const std::string& layer, const TensorRef& dy, const LayerGrads& out,
                 void* stream = nullptr);
   // Waits for everything enqueued; throws a NaN verdict not yet reported.

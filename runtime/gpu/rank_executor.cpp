@@ -211,16 +211,16 @@ void GpuRankExecutor::zero(CUdeviceptr p, std::size_t bytes) {
 }
 
 void GpuRankExecutor::forward() {
-  check_nan_verdict(false);
+  check_nan_verdict();
   run_pass("forward", plan_.forward, lowered_.forward);
 }
 void GpuRankExecutor::backward() {
-  check_nan_verdict(false);
+  check_nan_verdict();
   run_pass("backward", plan_.backward, lowered_.backward);
 }
 
 void GpuRankExecutor::update() {
-  check_nan_verdict(false);
+  check_nan_verdict();
   enqueue_nan_verdict();
   run_pass("update", plan_.update, lowered_.update);
 }
@@ -232,7 +232,7 @@ void GpuRankExecutor::run_gemms_only() {
 
 void GpuRankExecutor::synchronize() {
   r_.comm.synchronize(r_.stream);
-  check_nan_verdict(true);
+  check_nan_verdict();
 }
 
 // The watched amaxes side by side (local), their MAX over the group as
@@ -242,9 +242,6 @@ void GpuRankExecutor::enqueue_nan_verdict() {
   if (!lowered_.nan_verdict) return;
   const auto& watched = lowered_.nan_verdict->watched;
   const std::size_t n = watched.size();
-  // A verdict the host has not read yet is read first (this waits only if
-  // the GPU is a whole step behind on this layer): one buffer per layer.
-  check_nan_verdict(true);
   const DriverApi& cu = driver();
   const CUdeviceptr local = verdict_.get(), agreed = verdict_.get() + n * 4;
   for (std::size_t i = 0; i < n; ++i)
@@ -258,9 +255,8 @@ void GpuRankExecutor::enqueue_nan_verdict() {
   verdict_pending_ = true;
 }
 
-void GpuRankExecutor::check_nan_verdict(bool wait) {
+void GpuRankExecutor::check_nan_verdict() {
   if (!verdict_pending_) return;
-  if (!wait && !verdict_ready_.done()) return;
   verdict_ready_.synchronize();
   verdict_pending_ = false;
   const auto& watched = lowered_.nan_verdict->watched;

@@ -79,20 +79,20 @@ class GpuRankExecutor {
   // (not the delayed scales: those are the state's); complete on return.
   void upload_externals(const cpu::TensorStore& host);
 
-  // Enqueue one pass; none waits for the GPU. Under `nan = error`, update()
-  // enqueues the step's NaN verdict (LoweredLayer::nan_verdict) and a scale
-  // update that writes nothing on a NaN, so the state stays as it was. The
-  // host learns the verdict later: the first of forward(), backward() or
-  // update() called after the GPU finished that step, or synchronize(),
-  // throws ExecutorError naming the tensor (every rank of the group does).
+  // Enqueue one pass. Under `nan = error`, update() enqueues the step's NaN
+  // verdict (LoweredLayer::nan_verdict) and a scale update that writes
+  // nothing on a NaN, so the state stays as it was. The host learns the
+  // verdict at the layer's next call (forward of the next step, which waits
+  // for it: the host runs ahead of the GPU within a step, not across the
+  // same layer's steps) or at synchronize(), whichever comes first: the
+  // same call on every rank, each throwing ExecutorError naming the tensor.
   void forward();
   void backward();
   void update();
   // Waits for the stream; throws a pending NaN verdict.
   void synchronize();
-  // Throws if the last verdict found a NaN; `wait`: wait for it, else only
-  // look if it is already known. Either way it is reported once.
-  void check_nan_verdict(bool wait);
+  // Throws if the last verdict (waited for) found a NaN; reported once.
+  void check_nan_verdict();
 
   // Copies every tensor a step wrote (and every external) into `host`,
   // marking it written; the stream must be idle.
