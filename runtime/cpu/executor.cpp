@@ -65,7 +65,10 @@ class RankExecutor {
   }
 
   // --- chains: one executor per layer on the same rank, tensors handed over.
-  void begin(const LayerData& data) { fill_externals(data); }
+  // with_x / with_dy false: that input is handed over in a chain instead.
+  void begin(const LayerData& data, bool with_x = true, bool with_dy = true) {
+    fill_external_tensors(layer_, store_, state_, data, comm_.rank(), with_x, with_dy);
+  }
   void forward() {
     apply(Replacement::When::before_forward);
     run_pass("forward", plan_.forward);
@@ -131,10 +134,6 @@ class RankExecutor {
   float delayed_scale(const std::string& k) const {
     auto it = state_.delayed.find(k);
     return it == state_.delayed.end() ? 1.0f : it->second.scale;
-  }
-
-  void fill_externals(const LayerData& d) {
-    fill_external_tensors(layer_, store_, state_, d, comm_.rank());
   }
 
   void apply(Replacement::When when) {
@@ -413,17 +412,18 @@ class RankExecutor {
 }  // namespace
 
 void fill_external_tensors(const Layer& layer, TensorStore& store, const LayerState& state,
-                           const LayerData& d, int rank) {
+                           const LayerData& d, int rank, bool with_x, bool with_dy) {
   const LayerPlan& plan = store.plan();
   const LayerIo& io = plan.io;
   const auto put = [&](int id, const std::vector<float>& global, std::uint64_t cols) {
     if (id != kNoTensor && !global.empty())
       store.write_hp(id, shard(global, cols, plan.tensor(id).dims, rank));
   };
-  put(io.x, d.x, layer.in);  // empty x / dy: handed over in a chain
+  // Empty (or not wanted) x / dy: handed over in a chain.
+  if (with_x) put(io.x, d.x, layer.in);
   put(io.w, d.w, layer.in);
   put(io.b, d.b, 1);
-  put(io.dy, d.dy, layer.out);
+  if (with_dy) put(io.dy, d.dy, layer.out);
   for (const DelayedTensor& t : plan.delayed) {
     auto it = state.delayed.find(t.key());
     store.set_scalar(t.scale, it == state.delayed.end() ? 1.0f : it->second.scale);
@@ -433,7 +433,7 @@ void fill_external_tensors(const Layer& layer, TensorStore& store, const LayerSt
   if (io.y_scale != kNoTensor) store.set_scalar(io.y_scale, 1.0f);
   // A chained FP8 input (the producer's GEMM wrote it with this layer's
   // delayed scale): stand in for the producer by quantizing X here.
-  if (io.x_fp8 != kNoTensor && !d.x.empty()) {
+  if (io.x_fp8 != kNoTensor && with_x && !d.x.empty()) {
     std::vector<float> x = shard(d.x, layer.in, plan.tensor(io.x_fp8).dims, rank);
     for (auto& v : x) v = round_to(layer.dtype, v);
     quantize_to(store, io.x_fp8, x, store.scalar(plan.tensor(io.x_fp8).scale), false);
@@ -560,11 +560,11 @@ std::vector<std::vector<ChainStepResult>> run_chain(const Layer& first, const La
       const ChainReplacements& r = i < replace.size() ? replace[i] : kNoChainReplacements;
       RankExecutor a(first, first_plan, comm, s1, -1, options.capture, r.first);
       RankExecutor b(second, second_plan, comm, s2, -1, options.capture, r.second);
-      LayerData d1 = data.first, d2 = data.second;
-      d1.dy.clear();  // the second layer's dX
-      d2.x.clear();   // the first layer's output
-      a.begin(d1);
-      b.begin(d2);
+      // Not copied: each rank reads its shards of the weights (a copy per
+      // rank was 8 bytes per weight per rank). The first layer's dY is the
+      // second's dX, the second's X the first's output.
+      a.begin(data.first, true, false);
+      b.begin(data.second, false, true);
       a.set_output_scale(b.input_scale());
       a.forward();
       a.hand_output_to(b);

@@ -132,9 +132,11 @@ RankStepResult collect_step_result(const Layer& layer, const TensorStore& store,
 
 // Writes a rank's external tensors (its shards of x, w, b, dy, the delayed
 // scales from `state`, a chained FP8 input quantized as its producer would
-// have) into `store`; the GPU executor uploads them from there.
+// have) into `store`; the GPU executor uploads them from there. with_x /
+// with_dy false: that input is handed over in a chain, not taken from data.
 void fill_external_tensors(const Layer& layer, TensorStore& store, const LayerState& state,
-                           const LayerData& data, int rank);
+                           const LayerData& data, int rank, bool with_x = true,
+                           bool with_dy = true);
 
 // One step on one rank with a communicator the caller owns.
 RankStepResult execute_layer_step(const Layer& layer, const LayerPlan& plan,
