@@ -90,9 +90,7 @@ CompiledKernel Jit::compile(const KernelSource& kernel) const {
     out.milliseconds = since(t0);
     return out;
   }
-  const NvrtcOutput compiled =
-      compile_to_cubin(kernel.source, kernel.name + ".cu", kernel.entry, arch_, kernel.options);
-  return store(kernel, k, lookup, compiled.cubin, compiled, compiled.milliseconds);
+  return compile_batch({&kernel}, {k}, {lookup}).front();
 }
 
 std::vector<CompiledKernel> Jit::compile_batch(const std::vector<const KernelSource*>& kernels,

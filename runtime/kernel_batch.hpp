@@ -3,7 +3,7 @@
 // about 25 ms of the 45-250 ms a kernel takes on this project's kernels), so
 // when there are more kernels to compile than threads, one program per
 // thread is cheaper than one per kernel (gpt_mlp's nine kernels on 2 cores:
-// measured in docs/runtime.md).
+// measured in the README's start-up paragraph).
 //
 // Each kernel's source stays as generated: it goes into a namespace of its
 // own (its helpers and typedefs do not collide with the next kernel's), and

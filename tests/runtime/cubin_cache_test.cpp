@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "runtime/jit.hpp"
+#include "tests/runtime/scratch_cache_test.hpp"
 
 namespace fp8c::runtime {
 namespace {
@@ -25,25 +26,14 @@ KernelSource axpy_kernel(const std::string& tag = "") {
           {}};
 }
 
-class CacheTest : public ::testing::Test {
+class CacheTest : public testing::ScratchCacheTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("fp8c-cache-test-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  Jit jit() const { return Jit("sm_90a", CubinCache(dir_.string())); }
-
   std::size_t entry_files() const {
     std::size_t n = 0;
     for (const auto& e : fs::recursive_directory_iterator(dir_))
       if (e.is_regular_file()) ++n;
     return n;
   }
-
-  fs::path dir_;
 };
 
 TEST_F(CacheTest, MissThenHitWithTheSameBytes) {

@@ -6,20 +6,17 @@
 #include "runtime/kernel_batch.hpp"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <numeric>
 #include <set>
 
 #include "runtime/jit.hpp"
 #include "runtime/nvrtc.hpp"
 #include "tests/runtime/gpu_fixture.hpp"
+#include "tests/runtime/scratch_cache_test.hpp"
 
 namespace fp8c::runtime {
 namespace {
-
-namespace fs = std::filesystem;
 
 // Kernel `i` adds i + 1 to each element. Every kernel defines the same macro
 // (with its own value) and the same helper and type names, as generated
@@ -105,18 +102,7 @@ TEST(BatchSource, KernelsThatReuseNamesAndMacrosCompileAsOneProgramWithTheirOwnR
   }
 }
 
-class BatchJitTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("fp8c-batch-test-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  Jit jit(const std::string& arch = "sm_90a") const { return Jit(arch, CubinCache(dir_.string())); }
-  fs::path dir_;
-};
+using BatchJitTest = testing::ScratchCacheTest;
 
 TEST_F(BatchJitTest, OneThreadCompilesOneProgramAndCachesEachKernelUnderItsOwnKey) {
   std::vector<KernelSource> kernels = {add_kernel(0), add_kernel(1), add_kernel(2)};
