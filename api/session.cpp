@@ -109,8 +109,10 @@ struct Session::Impl {
             runtime::CubinCache(o.cache_dir.empty() ? runtime::CubinCache::default_directory()
                                                     : o.cache_dir)) {
     device.make_current();
-    // What runs is what the lowering says, and what it lists is what is
-    // compiled (`fp8c compile` lists the same kernels).
+    // Lowered for this GPU and its cuBLASLt (the plan's lowering assumed the
+    // spec's target). What runs is what the lowering says, and what it
+    // lists is what is compiled.
+    planned.lowered = lower_plan(spec, plan, runtime::cublaslt_lower_options());
     if (!lowered.unsupported.empty()) {
       std::string m = "gpu executor: the spec cannot run on the GPU yet:";
       for (const auto& u : lowered.unsupported) m += "\n  " + u;

@@ -5,14 +5,14 @@
 #   bench/gpu.sh BUILD_DIR COMMIT
 # FP8C_PROFILE=1 adds an ncu profile of the main kernel; FP8C_NO_PEERS=1
 # skips the PyTorch peers (when device time is short).
-# FP8C_ONLY=quantize|layer runs one benchmark; FP8C_SKIP_TESTS=1 skips the
+# FP8C_ONLY=quantize|layer|block runs one benchmark; FP8C_SKIP_TESTS=1 skips the
 # tests and the sanitizer, FP8C_SKIP_BENCH=1 the benchmarks. The tests take
 # about 5 minutes and the benchmarks with peers about as long: past the device
 # tool's 10 minutes a call, so run it as two calls (FP8C_SKIP_BENCH=1, then
 # FP8C_SKIP_TESTS=1).
 # Writes $OUT/gpu_run.tgz (or ./gpu-out/) holding tests.log, executor_tests.log,
 # host_example.log, quantize_fp8c.json, quantize_peers.json, quantize.json,
-# layer_fp8c.json, layer_peers.json, layer.json (the merged records for
+# layer_fp8c.json, layer_peers.json, layer.json, block_steps.json (the records for
 # bench/results/).
 set -uo pipefail
 build=${1:-build}
@@ -27,7 +27,7 @@ rm -rf "$out"
 mkdir -p "$out"
 pack() {
   tar -czf "$final/gpu_run.tgz" -C "$out" .
-  for record in layer.json quantize.json; do
+  for record in layer.json quantize.json block_steps.json; do
     [ -f "$out/$record" ] && cp "$out/$record" "$final/"
   done
   rm -rf "$out"
@@ -66,12 +66,12 @@ tests=0
 if [ "${FP8C_SKIP_TESTS:-0}" != 1 ]; then
 echo "== GPU tests (kernels, cuBLASLt, collectives) and GPU executor / host API tests"
 export FP8C_CACHE_DIR=${FP8C_CACHE_DIR:-$(mktemp -d)}
-# compute-sanitizer memcheck, racecheck and synccheck over every kernel kind (244 tests:
-# each bf16 per-tensor quantize variant on its six shapes, block/MX variants,
-# transpose, permute, scale update, epilogues and dequantize on misaligned
-# pointers, rank reductions), alongside the test shards: correctness does not
-# mind the shared GPU (under 4 minutes on the H200).
-sanitized='AllVariants/QuantizeGpu.MatchesTheCpuReference/*bf16*:AllVariants/BlockQuantizeGpu.MisalignedPointers/*:Shapes/TransposeGpu.*:Shapes/PermuteGpu.*:Variants/ScaleUpdateGpu.*:ScaleUpdateGuardGpu.*:AllVariants/EpilogueGpu.ScalarPathOnMisalignedPointers/*bf16*:AllVariants/DequantizeGpu.ElementWisePathsOnMisalignedPointers/*:RankReduce*Gpu*'
+# compute-sanitizer memcheck, racecheck and synccheck over every kernel kind (about 250
+# tests: each bf16 per-tensor quantize variant on its six shapes, block/MX variants,
+# transpose (bytes and words), permute, scale update, epilogues and dequantize on
+# misaligned pointers, rank reductions, a block quantize fusing dact), alongside the
+# test shards: correctness does not mind the shared GPU (under 4 minutes on the H200).
+sanitized='AllVariants/QuantizeGpu.MatchesTheCpuReference/*bf16*:AllVariants/BlockQuantizeGpu.MisalignedPointers/*:Shapes/TransposeGpu.*:Shapes/TransposeWordsGpu.*:Variants/BlockQuantizeDactGpu.*b1x128*dsilu*:Shapes/PermuteGpu.*:Variants/ScaleUpdateGpu.*:ScaleUpdateGuardGpu.*:AllVariants/EpilogueGpu.ScalarPathOnMisalignedPointers/*bf16*:AllVariants/DequantizeGpu.ElementWisePathsOnMisalignedPointers/*:RankReduce*Gpu*'
 declare -A sanitizer_pid
 for tool in memcheck racecheck synccheck; do
   timeout 330 compute-sanitizer --tool $tool --error-exitcode 3 "$build/tests/runtime/runtime_tests" \
@@ -116,6 +116,12 @@ if [ "${FP8C_ONLY:-quantize}" = layer ] || [ -z "${FP8C_ONLY:-}" ]; then
   fi
 fi
 [ "${FP8C_ONLY:-}" = layer ] && exit $tests
+
+if [ "${FP8C_ONLY:-quantize}" = block ] || [ -z "${FP8C_ONLY:-}" ]; then
+  echo "== block-scaled layer steps: block-scaled FP8 GEMMs against the dequantize path"
+  timeout 300 python3 bench/block_steps.py "$build/tools/fp8c" "$commit" "$out/block_steps.json"
+fi
+[ "${FP8C_ONLY:-}" = block ] && exit $tests
 
 echo "== benchmarks"
 timeout 150 "$build/bench/quantize_bench" --json "$out/quantize_fp8c.json"

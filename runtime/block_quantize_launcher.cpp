@@ -28,13 +28,16 @@ void BlockQuantizeLauncher::launch(const BlockQuantizeArgs& a, CUstream stream) 
   need(!kernel_.rowwise || (a.rowwise != 0 && a.rowwise_scales != 0), "rowwise data/scales");
   need(!kernel_.columnwise || (a.columnwise != 0 && a.columnwise_scales != 0),
        "columnwise data/scales");
+  const bool dact = kernel_.dact != Activation::none;
+  need(!dact || a.pre_activation != 0, "pre_activation (dact)");
   void* args[] = {const_cast<CUdeviceptr*>(&a.x),
                   const_cast<CUdeviceptr*>(&a.rowwise),
                   const_cast<CUdeviceptr*>(&a.rowwise_scales),
                   const_cast<CUdeviceptr*>(&a.columnwise),
                   const_cast<CUdeviceptr*>(&a.columnwise_scales),
                   const_cast<int*>(&a.rows),
-                  const_cast<int*>(&a.cols)};
+                  const_cast<int*>(&a.cols),
+                  const_cast<CUdeviceptr*>(&a.pre_activation)};  // read with dact only
   runtime::launch(function_, block_quantize_launch_shape(a.rows, a.cols), stream, args);
 }
 

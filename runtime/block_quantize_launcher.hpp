@@ -15,6 +15,7 @@ struct BlockQuantizeArgs {
   CUdeviceptr columnwise_scales = 0;
   int rows = 0;
   int cols = 0;
+  CUdeviceptr pre_activation = 0;  // with dact only: [rows, cols] in x's type
 };
 
 // The grid and block a block quantize kernel launches with for a rows x cols

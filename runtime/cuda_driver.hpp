@@ -48,6 +48,7 @@ namespace fp8c::runtime {
   X(cuMemcpyDtoDAsync, 3020)          \
   X(cuMemcpyHtoDAsync, 3020)          \
   X(cuMemcpyDtoHAsync, 3020)          \
+  X(cuMemcpy2DAsync, 3020)            \
   X(cuMemsetD8Async, 3020)            \
   X(cuMemGetInfo, 3020)               \
   X(cuPointerGetAttribute, 4000)      \

@@ -11,17 +11,26 @@ LoadedKernel::LoadedKernel(const Jit& jit, const KernelSource& source)
       function_(module_.function(compiled_.entry)) {}
 
 TransposeLauncher::TransposeLauncher(const Jit& jit, const TransposeKernel& kernel)
-    : loaded_(jit, emit_cuda(kernel)) {}
+    : kernel_(kernel), loaded_(jit, emit_cuda(kernel)) {}
 
-void TransposeLauncher::launch(CUdeviceptr in, CUdeviceptr out, int rows, int cols,
-                               CUstream stream) const {
-  if (rows < 0 || cols < 0) throw std::invalid_argument("transpose: negative shape");
-  if (rows == 0 || cols == 0) return;
+void TransposeLauncher::launch(CUdeviceptr in, CUdeviceptr out, int rows, int cols, CUstream stream,
+                               int batch) const {
+  if (rows < 0 || cols < 0 || batch < 0) throw std::invalid_argument("transpose: negative shape");
+  if (batch > 1 && kernel_.element_bytes != 4)
+    throw std::invalid_argument(kernel_.name() + ": only the word kernel takes a batch");
+  if (batch > 65535) throw std::invalid_argument(kernel_.name() + ": a batch of more than 65535");
+  if (rows == 0 || cols == 0 || batch == 0) return;
   if (in == 0 || out == 0) throw std::invalid_argument("transpose: null buffer");
+  const int tile = transpose_tile(kernel_.element_bytes);
+  // The grid's y extent is at most 65535 tiles.
+  if ((rows + tile - 1) / tile > 65535)
+    throw std::invalid_argument(kernel_.name() + ": " + std::to_string(rows) +
+                                " rows, more than the launch grid covers");
   void* args[] = {&in, &out, &rows, &cols};
   LaunchShape shape;
-  shape.grid[0] = static_cast<unsigned>((cols + kTransposeTile - 1) / kTransposeTile);
-  shape.grid[1] = static_cast<unsigned>((rows + kTransposeTile - 1) / kTransposeTile);
+  shape.grid[0] = static_cast<unsigned>((cols + tile - 1) / tile);
+  shape.grid[1] = static_cast<unsigned>((rows + tile - 1) / tile);
+  shape.grid[2] = static_cast<unsigned>(batch);
   shape.block[0] = kTransposeThreads;
   runtime::launch(loaded_.function(), shape, stream, args);
 }

@@ -29,11 +29,16 @@ class LoadedKernel {
 class TransposeLauncher {
  public:
   explicit TransposeLauncher(const Jit& jit, const TransposeKernel& kernel = {});
+  const TransposeKernel& kernel() const { return kernel_; }
   const CompiledKernel& compiled() const { return loaded_.compiled(); }
-  // out ([cols, rows] bytes) = transpose of in ([rows, cols] bytes).
-  void launch(CUdeviceptr in, CUdeviceptr out, int rows, int cols, CUstream stream) const;
+  // out ([cols, rows] elements) = transpose of in ([rows, cols] elements);
+  // with batch > 1 (the word kernel only), each of `batch` such matrices
+  // stored back to back.
+  void launch(CUdeviceptr in, CUdeviceptr out, int rows, int cols, CUstream stream,
+              int batch = 1) const;
 
  private:
+  TransposeKernel kernel_;
   LoadedKernel loaded_;
 };
 

@@ -40,6 +40,12 @@ struct BlockQuantizeKernel {
   // cuBLASLt's 1x128 mode reads (runtime/gemm/cublaslt_requirements.hpp),
   // instead of [outer][ceil(inner/128)]. Same bytes, transposed.
   bool k_block_major = false;
+  // Quantizes dz = x * act'(pre) (bf16/fp16 x and pre of one type): the
+  // gradient through the activation, computed in fp32 as the backward
+  // epilogue kernel computes it (mul_rn(dy, dact(z)), cuda_activation.hpp),
+  // so the result is bit for bit that of the epilogue's fp32 dz quantized by
+  // an fp32-input kernel, without writing and reading dz.
+  Activation dact = Activation::none;
 
   std::string name() const;
   bool operator==(const BlockQuantizeKernel&) const = default;
@@ -47,12 +53,14 @@ struct BlockQuantizeKernel {
 
 // One block of 256 threads per 128 x 128 tile; grid ceil(cols / 128) x ceil(rows / 128).
 // No dynamic shared memory: the kernel's 17-21 KB are static, so 4 blocks
-// fit on an SM (64 registers for bf16/fp16 input; 2 blocks for fp32 input).
+// fit on an SM (64 registers for bf16/fp16 input; 2 blocks for fp32 input
+// and for dact, which keeps fp32 dz).
 inline constexpr int kBlockQuantizeThreads = 256;
 inline constexpr int kBlockQuantizeSharedBytes = 0;
 
 // Arguments: const IN* x, u8* rowwise, void* rowwise_scales, u8* columnwise,
-// void* columnwise_scales, int rows, int cols.
+// void* columnwise_scales, int rows, int cols, and with dact a last
+// const IN* pre ([rows, cols], the saved pre-activation).
 KernelSource emit_cuda(const BlockQuantizeKernel& kernel);
 
 }  // namespace fp8c

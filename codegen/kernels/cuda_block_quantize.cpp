@@ -35,6 +35,7 @@
 #include <sstream>
 
 #include "codegen/kernels/block_quantize.hpp"
+#include "codegen/kernels/cuda_activation.hpp"
 #include "codegen/kernels/cuda_prelude.hpp"
 
 namespace fp8c {
@@ -45,6 +46,7 @@ std::string BlockQuantizeKernel::name() const {
   n += columnwise ? "_c" : "";
   if (pow2) n += "_pow2";
   if (k_block_major) n += "_kbm";
+  if (dact != Activation::none) n += "_d" + std::string(to_string(dact));
   return n;
 }
 
@@ -57,12 +59,22 @@ KernelSource emit_cuda(const BlockQuantizeKernel& k) {
   if (k.k_block_major && k.scaling != Scaling::block_1x128)
     throw std::invalid_argument("block quantize: K-block-major scales are for block_1x128, not " +
                                 std::string(to_string(k.scaling)));
+  const bool dact = k.dact != Activation::none;
+  if (dact && k.input != ElemType::bf16 && k.input != ElemType::fp16)
+    throw std::invalid_argument("block quantize: dact takes a bf16 or fp16 input, not " +
+                                std::string(to_string(k.input)));
+  // With dact the kernel holds dz in fp32 from the load on: in_t is float,
+  // as for an fp32 input, and dy_t the type x and pre are stored in.
+  const bool wide = k.input == ElemType::fp32 || dact;
   std::ostringstream s;
   // MIN_BLOCKS: blocks per SM the launch bounds ask for. 16-bit inputs fit
   // 64 registers without spilling (4 blocks); fp32 keeps 64 loaded words
   // alone, so 2.
   s << cuda_prelude();
-  s << "typedef " << cuda_storage_type(k.input) << " in_t;\n"
+  if (dact) s << cuda_activation_grad_function(k.dact);
+  s << "typedef " << (dact ? "float" : cuda_storage_type(k.input)) << " in_t;\n"
+    << "typedef " << cuda_storage_type(k.input) << " dy_t;\n"
+    << "#define DACT " << cuda_bool(dact) << "\n"
     << "#define ROWWISE " << cuda_bool(k.rowwise) << "\n"
     << "#define COLUMNWISE " << cuda_bool(k.columnwise) << "\n"
     << "#define MX " << cuda_bool(k.scaling == Scaling::mx_1x32) << "\n"
@@ -72,8 +84,8 @@ KernelSource emit_cuda(const BlockQuantizeKernel& k) {
     << "#define FP8_MAX " << (k.format == ElemType::e4m3 ? "448.0f" : "57344.0f") << "\n"
     << "#define ELEMENT_EMAX " << (k.format == ElemType::e4m3 ? 8 : 15) << "\n"
     << "#define PACK " << cuda_pack_function(k.format) << "\n"
-    << "#define WIDE " << cuda_bool(k.input == ElemType::fp32) << "\n"
-    << "#define MIN_BLOCKS " << (k.input == ElemType::fp32 ? 2 : 4) << "\n";
+    << "#define WIDE " << cuda_bool(wide) << "\n"
+    << "#define MIN_BLOCKS " << (wide ? 2 : 4) << "\n";
   s << R"(
 // numerics::blockwise_scale: fp8_max / amax; 1 for a zero, Inf or NaN amax;
 // FLT_MAX for an infinite quotient; optionally rounded down to 2^k.
@@ -144,6 +156,49 @@ __device__ __forceinline__ raw8 load_checked(const in_t* __restrict__ p, int r, 
     if (c + j < cols) h[j >> 1] |= u32(e[j]) << (16 * (j & 1));
   return make_uint4(h[0], h[1], h[2], h[3]);
 }
+#endif
+
+#if DACT
+// x * act'(pre) for 8 elements of a row, rounded as the backward epilogue
+// rounds it (one fp32 multiply, never fused into an FMA).
+__device__ __forceinline__ float dz(float dy, float z) { return __fmul_rn(dy, dact(z)); }
+__device__ __forceinline__ raw8 load_dz(const dy_t* __restrict__ x, const dy_t* __restrict__ pre,
+                                        long long offset) {
+  const uint4 d = *reinterpret_cast<const uint4*>(x + offset);
+  const uint4 z = *reinterpret_cast<const uint4*>(pre + offset);
+  float dv[8], zv[8];
+  unpack2(d.x, dy_t(), dv[0], dv[1]); unpack2(d.y, dy_t(), dv[2], dv[3]);
+  unpack2(d.z, dy_t(), dv[4], dv[5]); unpack2(d.w, dy_t(), dv[6], dv[7]);
+  unpack2(z.x, dy_t(), zv[0], zv[1]); unpack2(z.y, dy_t(), zv[2], zv[3]);
+  unpack2(z.z, dy_t(), zv[4], zv[5]); unpack2(z.w, dy_t(), zv[6], zv[7]);
+  raw8 r;
+  r.a = make_float4(dz(dv[0], zv[0]), dz(dv[1], zv[1]), dz(dv[2], zv[2]), dz(dv[3], zv[3]));
+  r.b = make_float4(dz(dv[4], zv[4]), dz(dv[5], zv[5]), dz(dv[6], zv[6]), dz(dv[7], zv[7]));
+  return r;
+}
+__device__ __forceinline__ raw8 load_dz_checked(const dy_t* __restrict__ x,
+                                                const dy_t* __restrict__ pre, int r, int c,
+                                                int rows, int cols, bool wide) {
+  raw8 w;
+  w.a = w.b = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (r >= rows || c >= cols) return w;
+  const long long offset = (long long)r * cols + c;
+  if (wide) return load_dz(x, pre, offset);
+  float e[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    e[j] = c + j < cols ? dz(to_float(x[offset + j]), to_float(pre[offset + j])) : 0.0f;
+  w.a = make_float4(e[0], e[1], e[2], e[3]);
+  w.b = make_float4(e[4], e[5], e[6], e[7]);
+  return w;
+}
+#define LOAD_RAW(offset) load_dz(x, pre, offset)
+#define LOAD_CHECKED(r, c, wide) load_dz_checked(x, pre, r, c, rows, cols, wide)
+#define IN_ALIGNED() ((reinterpret_cast<u64>(x) & 15) == 0 && (reinterpret_cast<u64>(pre) & 15) == 0)
+#else
+#define LOAD_RAW(offset) load_raw(x, offset)
+#define LOAD_CHECKED(r, c, wide) load_checked(x, r, c, rows, cols, wide)
+#define IN_ALIGNED() ((reinterpret_cast<u64>(x) & 15) == 0)
 #endif
 
 // Magnitudes for the amaxes, straight from the loaded words: the amax pass
@@ -228,8 +283,9 @@ __device__ __forceinline__ void fold(u32 a[], int lane, int bit) {
 
 extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS)
 )" << k.name()
-    << R"((const in_t* __restrict__ x, u8* __restrict__ row_out, void* __restrict__ row_scales,
-     u8* __restrict__ col_out, void* __restrict__ col_scales, int rows, int cols) {
+    << R"((const dy_t* __restrict__ x, u8* __restrict__ row_out, void* __restrict__ row_scales,
+     u8* __restrict__ col_out, void* __restrict__ col_scales, int rows, int cols)"
+    << (dact ? ", const dy_t* __restrict__ pre" : "") << R"() {
   // Columnwise FP8 as [column][row / 4] words, skewed; before that, the
   // partial column amaxes as [pass * 8 + warp][column].
   __shared__ __align__(16) u32 staged[128 * 33];
@@ -242,7 +298,7 @@ extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS)
   const int nr = min(128, rows - r0), nc = min(128, cols - c0);
   // 16-byte loads and 8-byte row stores need cols % 8 == 0, 4-byte column
   // stores rows % 4 == 0, and the pointers aligned accordingly.
-  const bool wide_in = (cols & 7) == 0 && (reinterpret_cast<u64>(x) & 15) == 0;
+  const bool wide_in = (cols & 7) == 0 && IN_ALIGNED();
   const bool wide_row = (cols & 7) == 0 && (reinterpret_cast<u64>(row_out) & 7) == 0;
   const bool wide_col = (rows & 3) == 0 && (reinterpret_cast<u64>(col_out) & 3) == 0;
   const bool fast = nr == 128 && nc == 128 && wide_in && (!ROWWISE || wide_row) &&
@@ -252,11 +308,11 @@ extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS)
   if (fast) {
 #pragma unroll
     for (int k = 0; k < 8; ++k)
-      raw[k] = load_raw(x, (long long)(r0 + 64 * (k >> 2) + 4 * q + (k & 3)) * cols + c0 + 8 * g);
+      raw[k] = LOAD_RAW((long long)(r0 + 64 * (k >> 2) + 4 * q + (k & 3)) * cols + c0 + 8 * g);
   } else {
 #pragma unroll
     for (int k = 0; k < 8; ++k)
-      raw[k] = load_checked(x, r0 + 64 * (k >> 2) + 4 * q + (k & 3), c0 + 8 * g, rows, cols, wide_in);
+      raw[k] = LOAD_CHECKED(r0 + 64 * (k >> 2) + 4 * q + (k & 3), c0 + 8 * g, wide_in);
   }
 
 #if SQUARE

@@ -11,13 +11,52 @@
 // Other tiles (edges, unaligned shapes) go through a byte tile in shared
 // memory: coalesced byte loads along rows, coalesced byte stores along
 // columns. Correct for any shape, a few times slower.
+//
+// Words (block scales, a few MB at most): the textbook 32x32 tile through
+// shared memory padded to 33 columns, so both the row reads and the column
+// writes are coalesced and conflict-free; a batch of matrices (one per rank
+// segment) in one launch, one per blockIdx.z.
+
+#include <stdexcept>
+#include <string>
 
 #include "codegen/kernels/cuda_prelude.hpp"
 #include "codegen/kernels/transpose.hpp"
 
 namespace fp8c {
+namespace {
+
+KernelSource emit_word_transpose(const TransposeKernel& k) {
+  std::string s = cuda_prelude();
+  s += "\nextern \"C\" __global__ void __launch_bounds__(256)\n";
+  s += k.name();
+  s += R"((const u32* __restrict__ in, u32* __restrict__ out, int rows, int cols) {
+  __shared__ u32 tile[32][33];
+  // blockIdx.z: one matrix of a batch stored back to back (rank segments).
+  const long long batch = (long long)blockIdx.z * rows * cols;
+  in += batch;
+  out += batch;
+  const int x = threadIdx.x & 31, y = threadIdx.x >> 5;
+  const int r0 = blockIdx.y * 32, c0 = blockIdx.x * 32;
+#pragma unroll
+  for (int i = y; i < 32; i += 8)
+    if (r0 + i < rows && c0 + x < cols) tile[i][x] = in[(long long)(r0 + i) * cols + c0 + x];
+  __syncthreads();
+#pragma unroll
+  for (int i = y; i < 32; i += 8)
+    if (c0 + i < cols && r0 + x < rows) out[(long long)(c0 + i) * rows + r0 + x] = tile[x][i];
+}
+)";
+  return {k.name(), k.name(), std::move(s), {}};
+}
+
+}  // namespace
 
 KernelSource emit_cuda(const TransposeKernel& k) {
+  if (k.element_bytes == 4) return emit_word_transpose(k);
+  if (k.element_bytes != 1)
+    throw std::invalid_argument("transpose: " + std::to_string(k.element_bytes) +
+                                "-byte elements (the kernel moves 1- or 4-byte ones)");
   std::string s = cuda_prelude();
   s += R"(
 // The four bytes b of x0..x3 (byte b of each word) as one word, x0 lowest:

@@ -1,7 +1,10 @@
-// FP8 transpose: rowwise [rows, cols] bytes -> columnwise [cols, rows], for
-// per-tensor scaled data (one scale for the whole tensor, so it carries over
-// unchanged and only the bytes move). The planner uses it where a columnwise
-// copy is derived from a rowwise one (chained inputs, gathered dY).
+// Transpose of a row-major [rows, cols] matrix of 1- or 4-byte elements into
+// [cols, rows]. Bytes: the FP8 transpose of per-tensor scaled data (one scale
+// for the whole tensor, so it carries over unchanged and only the bytes
+// move), where the planner derives a columnwise copy from a rowwise one
+// (chained inputs, gathered dY). Words: a 1x128 operand's fp32 block scales,
+// [rows][ceil(K/128)] as the quantizers write them, into the K-block-major
+// order cuBLASLt's block-scaled GEMM reads (codegen/lower).
 #pragma once
 
 #include <string>
@@ -10,21 +13,25 @@
 
 namespace fp8c {
 
-// Nothing varies yet: the kernel moves bytes and any FP8 format is a byte.
-// A struct all the same, so the plan, the launchers and the tests handle it
-// like every other kernel description.
+// Only the element size varies: any FP8 format is a byte, any scale a word.
 struct TransposeKernel {
-  std::string name() const { return "transpose_u8"; }
+  int element_bytes = 1;  // 1 or 4
+  std::string name() const { return element_bytes == 4 ? "transpose_u32" : "transpose_u8"; }
   bool operator==(const TransposeKernel&) const = default;
 };
 
-// One block of kTransposeThreads threads owns a kTransposeTile square tile;
-// launch grid = ceil(cols / tile) x ceil(rows / tile).
-inline constexpr int kTransposeTile = 128;
+// One block of kTransposeThreads threads owns a square tile of
+// transpose_tile(element_bytes) elements a side; launch grid =
+// ceil(cols / tile) x ceil(rows / tile).
+constexpr int transpose_tile(int element_bytes) {
+  return element_bytes == 4 ? 32 : 128;
+}
 inline constexpr int kTransposeThreads = 256;
 
-// Kernel arguments, in order: const u8* in ([rows, cols]), u8* out ([cols, rows]),
-// int rows, int cols.
+// Kernel arguments, in order: const void* in ([rows, cols]), void* out
+// ([cols, rows]), int rows, int cols. The word kernel also transposes a batch
+// of such matrices stored back to back, one per grid z index. emit_cuda
+// throws std::invalid_argument for an element size other than 1 or 4.
 KernelSource emit_cuda(const TransposeKernel& kernel);
 
 }  // namespace fp8c

@@ -14,7 +14,8 @@ std::uint64_t round_up(std::uint64_t v, std::uint64_t to) {
 
 class Lowering {
  public:
-  Lowering(const Layer& layer, const LayerPlan& plan) : layer_(layer), plan_(plan) {
+  Lowering(const Layer& layer, const LayerPlan& plan, const LowerOptions& options)
+      : layer_(layer), plan_(plan), options_(options) {
     out_.layer = plan.layer;
     out_.ranks = plan.ranks;
   }
@@ -80,10 +81,14 @@ class Lowering {
     const Tensor& fp8 = t(q.rowwise != kNoTensor ? q.rowwise : q.columnwise);
     if (fp8.scaling != Scaling::per_tensor) {
       // Block and MX formats: each usage from high precision with its own
-      // scales. The block kernel fuses no dact or dbias: an epilogue kernel
-      // makes dz = dy * act'(z) (and the dbias partials) first, in fp32, and
-      // the block kernel quantizes that (one more write and read of dz).
-      const bool staged = q.dact != Activation::none || q.dbias != kNoTensor;
+      // scales. The block kernel fuses dact (dz = dy * act'(z) in fp32 as
+      // it loads) but no dbias: with a dbias, an epilogue kernel makes dz
+      // and the dbias partials first, in fp32, and the block kernel
+      // quantizes that (one more write and read of dz).
+      const bool fused_dact = q.dact != Activation::none && q.dbias == kNoTensor &&
+                              (src.type == ElemType::bf16 || src.type == ElemType::fp16) &&
+                              q.pre_activation != kNoTensor && t(q.pre_activation).type == src.type;
+      const bool staged = (q.dact != Activation::none && !fused_dact) || q.dbias != kNoTensor;
       if (staged) {
         EpilogueKernel e;
         e.input = src.type;
@@ -102,6 +107,7 @@ class Lowering {
       b.rowwise = q.rowwise != kNoTensor;
       b.columnwise = q.columnwise != kNoTensor;
       b.pow2 = q.pow2_scale;
+      if (fused_dact) b.dact = q.dact;
       launch(l, LaunchRole::quantize, {b});
       return;
     }
@@ -139,34 +145,142 @@ class Lowering {
     return k;
   }
 
+  // Why fp8c's block scales of `op` (a GEMM operand, K innermost) are not
+  // what cuBLASLt's block-scaled GEMM reads, or "" when they are (the rules
+  // are runtime/gemm/cublaslt_requirements.hpp's, on the plan's shapes).
+  std::string block_operand_problem(const Tensor& op) const {
+    const auto outer = static_cast<std::size_t>(op.outer_dim());
+    const auto inner = static_cast<std::size_t>(op.inner_dim());
+    const std::uint64_t rows = op.dims[outer].local, k = op.dims[inner].local;
+    const std::string n = op.name;
+    // Partial K blocks are left to the dequantize path: cuBLASLt's block
+    // modes are checked here only on whole ones.
+    if (k % 128 != 0) return n + " has K = " + std::to_string(k) + ", not a multiple of 128";
+    const std::uint32_t k_parts = op.block_segments[inner];
+    if (k_parts > 1 && (k % k_parts != 0 || (k / k_parts) % 128 != 0))
+      return n + "'s K blocks restart at each of its " + std::to_string(k_parts) +
+             " rank parts, which are not multiples of 128";
+    const std::uint64_t nb = k / 128;
+    if (op.scaling == Scaling::block_1x128) {
+      if (nb > 1 && rows % 4 != 0)
+        return n + " has " + std::to_string(rows) +
+               " rows: a K-block-major 1x128 scale tensor is unambiguous only for a multiple of 4";
+      return "";
+    }
+    const std::uint32_t row_parts = op.block_segments[outer];
+    if (row_parts > 1 && (rows % row_parts != 0 || (rows / row_parts) % 128 != 0))
+      return n + "'s 128-row blocks restart at each of its " + std::to_string(row_parts) +
+             " rank parts, which are not multiples of 128";
+    return "";
+  }
+
+  // Why a GEMM of block-scaled operands cannot run on cuBLASLt's block-scaled
+  // FP8 GEMM, or "" when it can.
+  std::string block_gemm_problem(const GemmStep& g) const {
+    const Tensor& a = t(g.a);
+    const Tensor& b = t(g.b);
+    if (!options_.block_scaled_gemm)
+      return options_.no_block_scaled_gemm.empty() ? "the target has no block-scaled FP8 GEMM"
+                                                   : options_.no_block_scaled_gemm;
+    if (a.scaling == Scaling::mx_1x32 || b.scaling == Scaling::mx_1x32)
+      return "cuBLASLt has no MXFP8 (1x32, E8M0) GEMM on Hopper";
+    if (!a.block_scaled() || !b.block_scaled())
+      return "one operand is block-scaled and the other is not";
+    if (a.scaling == Scaling::block_128x128 && b.scaling == Scaling::block_128x128)
+      return "cuBLASLt has no 128x128 x 128x128 GEMM";
+    if (a.type == ElemType::e5m2 && b.type == ElemType::e5m2)
+      return "cuBLASLt has no e5m2 x e5m2 GEMM";
+    // A K made of rank segments is read one segment at a time: each needs
+    // whole K blocks, and its scales a contiguous range, which K-block-major
+    // 1x128 scales have and 128x128 ones (K blocks innermost) do not.
+    // (Joining the segments into one matrix first, for one GEMM over the
+    // whole K, is the alternative; it costs a permute and staging, and has
+    // not been measured against this: `fp8c bench` runs one rank.)
+    const bool segmented = (a.segmented || b.segmented) && g.segmented_k;
+    if ((a.segmented || b.segmented) && !segmented)
+      return "an operand is stored as rank segments along a dim the GEMM does not split";
+    for (const Tensor* op : {&a, &b}) {
+      if (std::string p = block_operand_problem(*op); !p.empty()) return p;
+      const std::uint64_t k = op->dims[static_cast<std::size_t>(op->inner_dim())].local;
+      if (segmented && op->scaling != Scaling::block_1x128)
+        return op->name + " is 128x128-scaled in a GEMM read one K segment at a time";
+      if (segmented && (k % plan_.ranks != 0 || (k / plan_.ranks) % 128 != 0))
+        return "a K segment of " + op->name + " is not a multiple of 128";
+    }
+    const OutputEpilogue& e = g.epilogue;
+    if (e.out_scale != kNoTensor || e.out_amax != kNoTensor)
+      return "the block-scaled GEMM writes no FP8 output or amax";
+    if (e.activation != Activation::none && e.pre_activation == kNoTensor)
+      return "the activation would need its pre-activation, which the plan does not keep";
+    return "";
+  }
+
+  // A 1x128 operand's scales in the order cuBLASLt reads, where they differ
+  // (one transpose per rank segment of a segmented operand, in one launch).
+  void block_scale_layout(LoweredStep& l, LaunchRole role, const Tensor& op) {
+    if (op.scaling != Scaling::block_1x128) return;
+    const std::uint64_t rows = op.dims[static_cast<std::size_t>(op.outer_dim())].local;
+    const std::uint64_t nb = op.dims[static_cast<std::size_t>(op.inner_dim())].local / 128;
+    if (nb <= 1) return;  // one block per row: both orders are the same
+    launch(l, role, {TransposeKernel{4}});
+    block_scales_ += round_up(rows * nb * 4, 256);
+  }
+
+  // A 128x128 operand's scales copied with rows padded to a multiple of 4
+  // blocks, where its packed rows are not what cuBLASLt reads.
+  bool block_scale_padding(const Tensor& op) {
+    if (op.scaling != Scaling::block_128x128) return false;
+    const std::uint64_t rows = op.dims[static_cast<std::size_t>(op.outer_dim())].local;
+    const std::uint64_t nb = op.dims[static_cast<std::size_t>(op.inner_dim())].local / 128;
+    if (nb % 4 == 0 || rows <= 128) return false;
+    block_scales_ += round_up((rows + 127) / 128 * round_up(nb, 4) * 4, 256);
+    return true;
+  }
+
   void gemm(LoweredStep& l, const GemmStep& g) {
     GemmCall c;
     c.role = g.role;
     const Tensor& a = t(g.a);
     const Tensor& b = t(g.b);
+    const std::string operands = std::string(to_string(g.role)) + ": " +
+                                 std::string(to_string(a.scaling)) + " x " +
+                                 std::string(to_string(b.scaling)) + " operands";
+    bool block_fp8 = false;
     if (g.high_precision) {
       c.operands = GemmCall::Operands::high_precision;
     } else if (a.block_scaled() || b.block_scaled()) {
-      // cuBLASLt on Hopper reads 1x128 scales K-block-major and MX not at
-      // all; the quantize kernels write row-major block scales. Until they
-      // feed its block-scaled GEMM, these GEMMs run on dequantized operands.
-      c.operands = GemmCall::Operands::dequantized;
-      launch(l, LaunchRole::dequantize_a, {operand_dequantize(a)});
-      launch(l, LaunchRole::dequantize_b, {operand_dequantize(b)});
-      const std::uint64_t bytes = element_bytes(layer_.dtype);
-      out_.staging.dequantized =
-          std::max(out_.staging.dequantized,
-                   round_up(a.elements() * bytes, 256) + round_up(b.elements() * bytes, 256));
-      note_once(std::string(to_string(g.role)) + ": " + std::string(to_string(a.scaling)) + " x " +
-                std::string(to_string(b.scaling)) + " operands dequantized to " +
-                std::string(to_string(layer_.dtype)) + " for a " + c.backend +
-                " GEMM (its block-scaled GEMM does not read fp8c's "
-                "row-major block scales yet)");
+      if (const std::string why = block_gemm_problem(g); why.empty()) {
+        block_fp8 = true;
+        block_scales_ = 0;
+        block_scale_layout(l, LaunchRole::scale_layout_a, a);
+        block_scale_layout(l, LaunchRole::scale_layout_b, b);
+        const bool relaid = block_scales_ > 0;
+        c.pad_scales_a = block_scale_padding(a);
+        c.pad_scales_b = block_scale_padding(b);
+        out_.staging.block_scales = std::max(out_.staging.block_scales, block_scales_);
+        note_once(operands + " in " + c.backend + "'s block-scaled FP8 GEMM" +
+                  (relaid ? " (1x128 scales re-laid out K-block-major first)" : ""));
+        if (c.pad_scales_a || c.pad_scales_b)
+          note_once(std::string(to_string(g.role)) +
+                    ": 128x128 scales copied with rows padded to 4 blocks (cuBLASLt's layout)");
+      } else {
+        c.operands = GemmCall::Operands::dequantized;
+        launch(l, LaunchRole::dequantize_a, {operand_dequantize(a)});
+        launch(l, LaunchRole::dequantize_b, {operand_dequantize(b)});
+        const std::uint64_t bytes = element_bytes(layer_.dtype);
+        out_.staging.dequantized =
+            std::max(out_.staging.dequantized,
+                     round_up(a.elements() * bytes, 256) + round_up(b.elements() * bytes, 256));
+        note_once(operands + " dequantized to " + std::string(to_string(layer_.dtype)) + " for a " +
+                  c.backend + " GEMM: " + why);
+      }
     }
     const OutputEpilogue& e = g.epilogue;
     c.bias = e.bias != kNoTensor;
     c.fp8_output = e.out_scale != kNoTensor;
-    if (e.activation == Activation::relu || e.activation == Activation::silu) {
+    // cuBLASLt's block-scaled GEMM takes a bias epilogue only.
+    const bool gelu_after = block_fp8 && e.activation == Activation::gelu;
+    if (e.activation == Activation::relu || e.activation == Activation::silu || gelu_after) {
       c.activation_after = true;
       EpilogueKernel k;
       k.activation = e.activation;
@@ -174,8 +288,9 @@ class Lowering {
       k.output = t(g.out).type;
       k.amax = e.out_amax != kNoTensor;
       launch(l, LaunchRole::activation_after_gemm, {k});
-      note_once(std::string(to_string(e.activation)) + " is not a " + c.backend +
-                " epilogue: the GEMM writes the pre-activation, a kernel applies it");
+      note_once(std::string(to_string(e.activation)) + " is not a " + c.backend + " epilogue" +
+                (gelu_after ? " of block-scaled GEMMs" : "") +
+                ": the GEMM writes the pre-activation, a kernel applies it");
     } else {
       c.activation = e.activation;
     }
@@ -284,7 +399,9 @@ class Lowering {
 
   const Layer& layer_;
   const LayerPlan& plan_;
+  const LowerOptions options_;
   LoweredLayer out_;
+  std::uint64_t block_scales_ = 0;  // the current GEMM's re-laid-out scales
 };
 
 }  // namespace
@@ -293,8 +410,20 @@ const std::vector<LoweredStep>& LoweredLayer::pass(std::string_view name) const 
   return name == "forward" ? forward : name == "backward" ? backward : update;
 }
 
-LoweredLayer lower_layer(const Layer& layer, const LayerPlan& plan) {
-  return Lowering(layer, plan).run();
+LowerOptions lower_options_for(const Target& target) {
+  LowerOptions o;
+  if (target.sm != 90) {
+    o.block_scaled_gemm = false;
+    o.no_block_scaled_gemm =
+        "cuBLASLt's 1x128 / 128x128 block-scaled GEMM is a Hopper (sm_90) "
+        "feature; the target is " +
+        target.str();
+  }
+  return o;
+}
+
+LoweredLayer lower_layer(const Layer& layer, const LayerPlan& plan, const LowerOptions& options) {
+  return Lowering(layer, plan, options).run();
 }
 
 const LoweredLayer* LoweredPlan::find(std::string_view layer) const {
@@ -310,11 +439,15 @@ std::vector<GeneratedKernel> LoweredPlan::kernel_list() const {
 }
 
 LoweredPlan lower_plan(const Spec& spec, const Plan& plan) {
+  return lower_plan(spec, plan, lower_options_for(spec.target));
+}
+
+LoweredPlan lower_plan(const Spec& spec, const Plan& plan, const LowerOptions& options) {
   LoweredPlan out;
   for (const LayerPlan& lp : plan.layers) {
     const Layer* layer = spec.find_layer(lp.layer);
     if (!layer) continue;
-    LoweredLayer l = lower_layer(*layer, lp);
+    LoweredLayer l = lower_layer(*layer, lp, options);
     const auto use = [&](const char* pass, const std::vector<Step>& steps,
                          const std::vector<LoweredStep>& lowered) {
       for (std::size_t i = 0; i < lowered.size(); ++i)
@@ -366,6 +499,10 @@ std::string_view to_string(LaunchRole r) {
       return "dequantize_a";
     case LaunchRole::dequantize_b:
       return "dequantize_b";
+    case LaunchRole::scale_layout_a:
+      return "scale_layout_a";
+    case LaunchRole::scale_layout_b:
+      return "scale_layout_b";
     case LaunchRole::activation_after_gemm:
       return "activation_after_gemm";
   }

@@ -26,6 +26,8 @@ std::string describe(const GemmCall& g) {
   if (g.fp8_output) s += ", FP8 output with amax";
   if (g.activation_after) s += ", writes the pre-activation";
   if (g.segments > 1) s += ", " + std::to_string(g.segments) + " K segments (accumulating)";
+  if (g.pad_scales_a || g.pad_scales_b)
+    s += std::string(", 128x128 scales of ") + (g.pad_scales_a ? "A" : "B") + " padded";
   return s;
 }
 
@@ -73,9 +75,9 @@ std::string print_lowered(const Plan& plan, const LoweredPlan& lowered) {
         << "; copied to the host; the scale update skips on NaN\n";
     }
     print_pass(o, *lp, "update", lp->update, l.update);
-    if (l.staging.dz_fp32 || l.staging.dequantized)
+    if (l.staging.dz_fp32 || l.staging.dequantized || l.staging.block_scales)
       o << "  staging: dz (fp32) " << l.staging.dz_fp32 << " B, dequantized operands "
-        << l.staging.dequantized << " B\n";
+        << l.staging.dequantized << " B, K-block-major scales " << l.staging.block_scales << " B\n";
     o << "  kernels: " << l.kernels.size() << "\n";
   }
   o << "\nkernels to compile: " << lowered.kernels.size() << "\n";

@@ -34,6 +34,8 @@ enum class LaunchRole {
   scale_update,           // a ScaleUpdateStep, every entry in one launch
   dequantize_a,           // a GEMM's block-scaled operand A into staging (layer dtype)
   dequantize_b,           // ... and B
+  scale_layout_a,         // a 1x128 operand A's block scales, row-major -> K-block-major,
+  scale_layout_b,         // ... and B's, into staging (what the block-scaled GEMM reads)
   activation_after_gemm,  // relu / silu on the pre-activation the GEMM wrote
 };
 
@@ -46,6 +48,8 @@ struct KernelLaunch {
 struct GemmCall {
   enum class Operands {
     fp8,             // FP8 operands with their scales, as the plan has them
+                     // (block scales of a 1x128 operand re-laid out by
+                     // scale_layout_a/b first, where it has more than one K block)
     high_precision,  // the layer dtype, as the plan has them
     dequantized,     // block-scaled operands the backend cannot read: the
                      // dequantize_a/b launches before it write them to staging
@@ -64,6 +68,11 @@ struct GemmCall {
   // A segmented operand is read one rank segment at a time, `segments`
   // accumulating calls (segments > 1).
   std::uint32_t segments = 1;
+  // A 128x128-scaled operand whose rows of K blocks are not a multiple of 4
+  // long (over more than 128 rows): its scales are copied into staging with
+  // each row padded to a multiple of 4 blocks, the layout cuBLASLt reads.
+  bool pad_scales_a = false;
+  bool pad_scales_b = false;
 };
 
 struct CollectiveCall {
@@ -81,6 +90,8 @@ struct LoweredStep {
 struct StagingSizes {
   std::uint64_t dz_fp32 = 0;      // dact_to_staging's output (largest source)
   std::uint64_t dequantized = 0;  // both dequantized operands of the largest such GEMM
+  std::uint64_t block_scales =
+      0;  // both re-laid-out or padded scale tensors of the largest such GEMM
 };
 
 // Under `nan = error`, the verdict each step takes on the device after
@@ -128,12 +139,31 @@ struct LoweredPlan {
   std::vector<GeneratedKernel> kernel_list() const;
 };
 
-// The GEMM backend the lowering targets is cuBLASLt on sm_90: per-tensor
-// FP8, bias and GELU epilogues, FP8 output with amax; block-scaled operands
-// dequantized until the quantizer's scales feed its block-scaled GEMM. (A
-// second backend, fp8c's generated GEMMs, becomes a choice here.)
-LoweredLayer lower_layer(const Layer& layer, const LayerPlan& plan);
+// What the target's GEMM backend can do, where the lowering depends on it.
+struct LowerOptions {
+  // cuBLASLt's block-scaled FP8 GEMM: 1x128 x 128x128 and 1x128 x 1x128 with
+  // fp32 scales (Hopper, cuBLASLt 12.9 or newer). Without it, block-scaled
+  // operands are dequantized, and the notes give this reason.
+  bool block_scaled_gemm = true;
+  std::string no_block_scaled_gemm;
+};
+
+// What a spec's target offers: cuBLASLt's block-scaled mode is Hopper's
+// (sm_90); on other targets the lowering dequantizes. The GPU executor
+// decides from the GPU and library it runs on instead
+// (runtime/gpu/rank_executor.hpp: gpu_lower_options).
+LowerOptions lower_options_for(const Target& target);
+
+// The GEMM backend the lowering targets is cuBLASLt: per-tensor FP8, bias
+// and GELU epilogues, FP8 output with amax; block-scaled FP8 (1x128 /
+// 128x128) with a bias where the shapes and the options allow it, operands
+// dequantized to the layer dtype otherwise (MXFP8 always: Hopper's cuBLASLt
+// has no MX GEMM), each such choice in the notes. (A second backend, fp8c's
+// generated GEMMs, becomes a choice here.)
+LoweredLayer lower_layer(const Layer& layer, const LayerPlan& plan,
+                         const LowerOptions& options = {});
 LoweredPlan lower_plan(const Spec& spec, const Plan& plan);
+LoweredPlan lower_plan(const Spec& spec, const Plan& plan, const LowerOptions& options);
 
 // `fp8c plan --lowered`.
 std::string print_lowered(const Plan& plan, const LoweredPlan& lowered);

@@ -4,6 +4,7 @@
 // cuBLASLt's column-major operands is in cublaslt_requirements.hpp.
 #include <compare>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -281,22 +282,26 @@ class Plan {
   cublasLtMatmulAlgo_t algo_ = {};
 };
 
+// The compute capability of the current context's GPU (90 for H100/H200).
+int current_sm() {
+  std::string reason;
+  if (!driver_available(&reason))
+    throw Unavailable("the cuBLASLt GEMM runner needs a GPU: " + reason);
+  const DriverApi& cu = driver();
+  CUdevice device = 0;
+  if (cu.cuCtxGetDevice(&device) != CUDA_SUCCESS)
+    throw Unavailable(
+        "the cuBLASLt GEMM runner needs a current CUDA context (create a runtime::Device "
+        "first)");
+  int major = 0, minor = 0;
+  FP8C_CU(cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device));
+  FP8C_CU(cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device));
+  return major * 10 + minor;
+}
+
 class CublasLtRunner final : public GemmRunner {
  public:
-  explicit CublasLtRunner(CublasLtApi api) : api_(std::move(api)) {
-    std::string reason;
-    if (!driver_available(&reason))
-      throw Unavailable("the cuBLASLt GEMM runner needs a GPU: " + reason);
-    const DriverApi& cu = driver();
-    CUdevice device = 0;
-    if (cu.cuCtxGetDevice(&device) != CUDA_SUCCESS)
-      throw Unavailable(
-          "the cuBLASLt GEMM runner needs a current CUDA context (create a runtime::Device "
-          "first)");
-    int major = 0, minor = 0;
-    FP8C_CU(cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device));
-    FP8C_CU(cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device));
-    sm_ = major * 10 + minor;
+  explicit CublasLtRunner(CublasLtApi api) : api_(std::move(api)), sm_(current_sm()) {
     check_cublaslt(api_, api_.cublasLtCreate(&handle_), "cublasLtCreate");
   }
 
@@ -370,6 +375,27 @@ std::unique_ptr<GemmRunner> make_cublaslt_runner() {
 
 std::unique_ptr<GemmRunner> make_cublaslt_runner(const std::vector<std::string>& sonames) {
   return std::make_unique<CublasLtRunner>(load_cublaslt(sonames));
+}
+
+LowerOptions cublaslt_lower_options() {
+  const int sm = current_sm();
+  const CublasLtApi& api = cublaslt();
+  LowerOptions o;
+  if (const char* env = std::getenv("FP8C_BLOCK_SCALED_GEMM"); env && std::string(env) == "0") {
+    o.block_scaled_gemm = false;
+    o.no_block_scaled_gemm = "FP8C_BLOCK_SCALED_GEMM=0";
+  } else if (api.version < kCublasLtBlockScalingVersion) {
+    o.block_scaled_gemm = false;
+    o.no_block_scaled_gemm = api.soname + " reports version " + std::to_string(api.version) +
+                             "; its block-scaled GEMM needs 12.9 or newer";
+  } else if (sm != 90) {
+    o.block_scaled_gemm = false;
+    o.no_block_scaled_gemm =
+        "cuBLASLt's 1x128 / 128x128 block-scaled GEMM is a Hopper (sm_90) feature; this GPU is "
+        "sm_" +
+        std::to_string(sm);
+  }
+  return o;
 }
 
 }  // namespace fp8c::runtime

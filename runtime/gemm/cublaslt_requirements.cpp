@@ -139,11 +139,16 @@ Problem block_layout_problem(const GemmOperand& op, const char* which) {
              "rows % 4 == 0 (TransformerEngine pads rows to 4, PyTorch does not)";
     return std::nullopt;
   }
-  if (nb % 4 != 0 && op.rows > 128)
+  const std::int64_t stride = op.scale_stride ? op.scale_stride : nb;
+  if (stride < nb)
+    return std::string(which) + ": scale_stride " + std::to_string(stride) + " is less than the " +
+           std::to_string(nb) + " K blocks of a row";
+  if (op.rows > 128 && stride != (nb + 3) / 4 * 4)
     return std::string(which) +
-           ": a 128x128 scale tensor with ceil(K/128) = " + std::to_string(nb) +
-           " blocks per row is read by cuBLASLt with rows padded to 4 blocks "
-           "(TransformerEngine's layout); fp8c's is unpadded, so K must be a multiple of 512";
+           ": cuBLASLt reads a 128x128 scale tensor with each row of blocks padded to a "
+           "multiple of 4 (ceil(K/128) = " +
+           std::to_string(nb) + ", scale_stride " + std::to_string(stride) +
+           "); lay it out with scale_stride = " + std::to_string((nb + 3) / 4 * 4);
   return std::nullopt;
 }
 

@@ -39,14 +39,17 @@
 //   VEC128_32F:     fp32 [nb][R'], R contiguous: scale(r, kb) at kb * R' + r,
 //                   R' = R (PyTorch) or R rounded up to 4 (TE); the same when R % 4 == 0.
 //   BLK128x128_32F: fp32 [ceil(R/128)][nb'], nb contiguous: scale(rb, kb) at rb * nb' + kb,
-//                   nb' = nb or nb rounded up to 4 (TE pads to 16 bytes).
+//                   nb' = nb rounded up to a multiple of 4 (measured on the H200,
+//                   cuBLASLt 13: packed rows with nb % 4 != 0 give wrong results,
+//                   padded ones pass; CublasLtGemmGpu.BlockScaled128x128ScaleRows...).
 // fp8c's quantizer writes 1x128 scales row-major, [R][nb] (scale(r, kb) at
 // r * nb + kb): the transpose of what VEC128_32F reads, the same only when
-// nb == 1. Its 128x128 scales are [ceil(R/128)][nb]: the same as
-// BLK128x128_32F whenever the padding question does not arise (nb % 4 == 0,
-// or a single row of blocks). So block_1x128 needs
-// scale_order = k_block_major (R % 4 == 0 or nb == 1), and block_128x128
-// needs nb % 4 == 0 or R <= 128; otherwise supports() says which.
+// nb == 1. Its 128x128 scales are [ceil(R/128)][nb]: what BLK128x128_32F
+// reads when nb % 4 == 0 or there is a single row of blocks. So block_1x128
+// needs scale_order = k_block_major (R % 4 == 0 or nb == 1), and
+// block_128x128 with nb % 4 != 0 over more than 128 rows a copy with
+// scale_stride = nb'; otherwise supports() says which. (The GPU executor
+// makes both in staging: codegen/lower.)
 // TransformerEngine uses only DEFAULT and BIAS epilogues here, so fp8c asks
 // for nothing more: no GELU, no FP8 D, no amax, no fast accumulation.
 //

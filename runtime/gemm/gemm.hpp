@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "codegen/lower/lowered.hpp"
 #include "codegen/plan/plan.hpp"
 #include "fp8c/spec.hpp"
 #include "runtime/cuda_driver.hpp"
@@ -45,6 +46,10 @@ struct GemmOperand {
   Scaling scaling = Scaling::none;
   CUdeviceptr scale_inv = 0;
   BlockScaleOrder scale_order = BlockScaleOrder::row_major;  // block_1x128 only
+  // block_128x128 only: floats from one row of 128x128 blocks to the next;
+  // 0: packed, ceil(k / 128). cuBLASLt reads rows padded to a multiple of 4
+  // blocks (cublaslt_requirements.hpp).
+  std::int64_t scale_stride = 0;
   // High precision only: stored [k][rows] (K outermost, ld >= rows), as a
   // recipe-none layer's wgrad and dgrad read their row-major inputs.
   bool k_outer = false;
@@ -94,5 +99,12 @@ std::unique_ptr<GemmRunner> make_cublaslt_runner();
 // The same with the library names to try instead of the default ones
 // (runtime/gemm/cublaslt_library.hpp: default_cublaslt_sonames()).
 std::unique_ptr<GemmRunner> make_cublaslt_runner(const std::vector<std::string>& sonames);
+
+// What the default cuBLASLt on the current context's GPU lets the lowering
+// use: its block-scaled GEMM needs version 12.9 or newer and sm_90.
+// FP8C_BLOCK_SCALED_GEMM=0 turns it off (block-scaled operands dequantized,
+// as before it was used: for comparison, or around a library that
+// misbehaves). Throws Unavailable as make_cublaslt_runner() does.
+LowerOptions cublaslt_lower_options();
 
 }  // namespace fp8c::runtime

@@ -85,6 +85,21 @@ std::vector<float> abs_difference(const std::vector<float>& a, const std::vector
   return d;
 }
 
+// Whether the GPU executor runs `g` on operands dequantized to the layer
+// dtype (the lowering's fallback for block-scaled operands its GEMM cannot read).
+bool runs_dequantized(const Layer& layer, const LayerPlan& plan, const GemmStep& g) {
+  const LoweredLayer lowered = lower_for_gpu(layer, plan, cublaslt_lower_options());
+  for (const auto& [steps, low] :
+       {std::pair{&plan.forward, &lowered.forward}, std::pair{&plan.backward, &lowered.backward}})
+    for (std::size_t i = 0; i < steps->size() && i < low->size(); ++i)
+      if ((*steps)[i].as<GemmStep>() == &g)
+        for (const auto& action : (*low)[i].actions)
+          if (const auto* c = std::get_if<GemmCall>(&action))
+            return c->operands == GemmCall::Operands::dequantized;
+  // Not one of the plan's own steps: assume the looser bound.
+  return plan.tensor(g.a).block_scaled() || plan.tensor(g.b).block_scaled();
+}
+
 // |C_gpu - C_cpu| of one rank's GEMM before the store: the operands'
 // differences (an FP8 code the other side rounded differently, an operand
 // the GPU dequantized to the layer dtype), and both sides' fp32
@@ -106,21 +121,20 @@ std::vector<double> gemm_difference(const Layer& layer, const LayerPlan& plan, c
   if (ag.size() != ac.size() || bg.size() != bc.size()) return {};
   const std::vector<double> sg = cpu::abs_products(plan, g, ag, bg);
   std::vector<double> operands(sg.size(), 0.0);
-  if (const std::vector<float> da = abs_difference(ag, ac); !da.empty()) {
-    const std::vector<double> p = cpu::abs_products(plan, g, da, bc);
-    if (p.size() != operands.size()) return {};
+  // Adds |x||y| to the operand term; false when the shapes disagree.
+  const auto add = [&](const std::vector<float>& x, const std::vector<float>& y) {
+    const std::vector<double> p = cpu::abs_products(plan, g, x, y);
+    if (p.size() != operands.size()) return false;
     for (std::size_t i = 0; i < p.size(); ++i) operands[i] += p[i];
-  }
-  if (const std::vector<float> db = abs_difference(bg, bc); !db.empty()) {
-    const std::vector<double> p = cpu::abs_products(plan, g, ag, db);
-    if (p.size() != operands.size()) return {};
-    for (std::size_t i = 0; i < p.size(); ++i) operands[i] += p[i];
-  }
+    return true;
+  };
+  if (const std::vector<float> da = abs_difference(ag, ac); !da.empty() && !add(da, bc)) return {};
+  if (const std::vector<float> db = abs_difference(bg, bc); !db.empty() && !add(ag, db)) return {};
   const Tensor& a = plan.tensor(g.a);
   const std::uint64_t k = a.dims[static_cast<std::size_t>(g.role == GemmRole::wgrad ? 0 : 1)].local;
   // Block-scaled operands the GPU dequantized to the layer dtype first: one
   // more rounding of each operand (codegen/lower).
-  const bool dequantized = a.block_scaled() || plan.tensor(g.b).block_scaled();
+  const bool dequantized = runs_dequantized(layer, plan, g);
   const double ud = cpu::unit_roundoff(layer.dtype);
   // FP8 operands the tensor cores read: their FP8 MMA aligns each group of
   // products to its largest exponent and keeps about 14 bits (DeepSeek-V3,
@@ -477,7 +491,7 @@ cpu::VerifyReport verify_rank_on_gpu(const Spec& spec, const cpu::VerifyOptions&
         GpuRunOptions ge;
         ge.capture = bound_tensors(lp);
         ge.timeout = comm.timeout();
-        const KernelSet kernels(jit, lower_for_gpu(layer, lp).kernels);
+        const KernelSet kernels(jit, lower_for_gpu(layer, lp, cublaslt_lower_options()).kernels);
         const auto mine = run_rank_on_gpu(kernels, comm, layer, lp, data, ge);
         // Every process runs the whole group's CPU reference (threads) with
         // every rank's GPU pre-activation (gathered over the communicator).

@@ -57,8 +57,8 @@ const QuantizeLauncher& KernelSet::quantize(const QuantizeKernel& k) const {
 const BlockQuantizeLauncher& KernelSet::block_quantize(const BlockQuantizeKernel& k) const {
   return find(block_quantize_, k.name());
 }
-const TransposeLauncher& KernelSet::transpose() const {
-  return find(transpose_, TransposeKernel{}.name());
+const TransposeLauncher& KernelSet::transpose(const TransposeKernel& k) const {
+  return find(transpose_, k.name());
 }
 const PermuteLauncher& KernelSet::permute(const PermuteKernel& k) const {
   return find(permute_, k.name());

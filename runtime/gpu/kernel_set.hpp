@@ -29,7 +29,7 @@ class KernelSet {
   // the kernel when the set was built without it.
   const QuantizeLauncher& quantize(const QuantizeKernel& k) const;
   const BlockQuantizeLauncher& block_quantize(const BlockQuantizeKernel& k) const;
-  const TransposeLauncher& transpose() const;
+  const TransposeLauncher& transpose(const TransposeKernel& k = {}) const;
   const PermuteLauncher& permute(const PermuteKernel& k) const;
   const ScaleUpdateLauncher& scale_update(const ScaleUpdateKernel& k) const;
   const DbiasReduceLauncher& dbias_reduce(const DbiasReduceKernel& k) const;

@@ -75,7 +75,7 @@ std::vector<LayerBenchResult> bench_layers(const Spec& spec, const Device& devic
     if (lp.io.x_fp8 != kNoTensor)
       throw ExecutorError("bench: layer '" + layer.name +
                           "' takes an FP8 input from its producer; bench it with output = bf16");
-    const LoweredLayer lowered = lower_for_gpu(layer, lp);
+    const LoweredLayer lowered = lower_for_gpu(layer, lp, cublaslt_lower_options());
     KernelSet kernels(jit, lowered.kernels);
     DeviceLayerState state(layer, lp);
     GpuRankExecutor exec(layer, lp, lowered,

@@ -59,8 +59,8 @@ int k_dim(GemmRole role, int operand) {
 
 }  // namespace
 
-LoweredLayer lower_for_gpu(const Layer& layer, const LayerPlan& plan) {
-  LoweredLayer l = lower_layer(layer, plan);
+LoweredLayer lower_for_gpu(const Layer& layer, const LayerPlan& plan, const LowerOptions& options) {
+  LoweredLayer l = lower_layer(layer, plan, options);
   if (!l.unsupported.empty()) {
     std::string m = "gpu executor: layer '" + layer.name + "' cannot run on the GPU yet:";
     for (const auto& u : l.unsupported) m += "\n  " + u;
@@ -129,8 +129,9 @@ GpuRankExecutor::GpuRankExecutor(const Layer& layer, const LayerPlan& plan,
     if (!state_view_[i] && is_scale_pair(plan.tensors[i]))
       arena_.upload(one, sizeof one, offsets[i]);
 
-  // Scratch: dbias tile partials of every launch that makes them (plus room
-  // then what the lowering says it stages.
+  // Scratch: the dbias tile partials of the largest launch that makes them
+  // (never empty, so that the buffer exists); then what the lowering says
+  // it stages.
   std::size_t partial = 16;
   const auto partials = [&](const std::vector<Step>& steps, const std::vector<LoweredStep>& low) {
     for (std::size_t i = 0; i < steps.size(); ++i) {
@@ -142,8 +143,8 @@ GpuRankExecutor::GpuRankExecutor(const Layer& layer, const LayerPlan& plan,
                                steps[i].kind() == StepKind::grad_epilogue;
       const int tiles =
           by_epilogue ? EpilogueLauncher::dbias_tiles(rows) : QuantizeLauncher::tiles(rows);
-      partial = std::max<std::size_t>(partial,
-                                      static_cast<std::size_t>(tiles) * src.dims[1].local * 4 + 16);
+      partial =
+          std::max<std::size_t>(partial, static_cast<std::size_t>(tiles) * src.dims[1].local * 4);
     }
   };
   partials(plan.forward, lowered.forward);
@@ -155,6 +156,7 @@ GpuRankExecutor::GpuRankExecutor(const Layer& layer, const LayerPlan& plan,
     verdict_host_ = PinnedHostBuffer(2 * n * 4);
   }
   if (lowered.staging.dequantized) operand_scratch_ = DeviceBuffer(lowered.staging.dequantized);
+  if (lowered.staging.block_scales) scale_scratch_ = DeviceBuffer(lowered.staging.block_scales);
   if (lowered.staging.dz_fp32) staging_ = DeviceBuffer(lowered.staging.dz_fp32);
 }
 
@@ -356,9 +358,9 @@ void GpuRankExecutor::execute(const Step& step, const LoweredStep& l) {
                  [&](const QuantizeStep& s) { quantize(s, l); },
                  [&](const TransposeStep& s) {
                    const Tensor& in = plan_.tensor(s.in);
-                   r_.kernels.transpose().launch(at(s.in), at(s.out),
-                                                 static_cast<int>(in.dims[0].local),
-                                                 static_cast<int>(in.dims[1].local), r_.stream);
+                   r_.kernels.transpose(launch_kernel<TransposeKernel>(l, LaunchRole::transpose))
+                       .launch(at(s.in), at(s.out), static_cast<int>(in.dims[0].local),
+                               static_cast<int>(in.dims[1].local), r_.stream);
                  },
                  [&](const PermuteStep& s) { permute(s, l); },
                  [&](const GemmStep& s) { gemm(s, l); },
@@ -460,6 +462,8 @@ void GpuRankExecutor::quantize(const QuantizeStep& s, const LoweredStep& l) {
           .launch(e, r_.stream);
       if (s.dbias != kNoTensor) dbias_reduce(l, s.dbias, EpilogueLauncher::dbias_tiles(rows), cols);
       a.x = staging_.get();
+    } else if (b->dact != Activation::none) {
+      a.pre_activation = at(s.pre_activation);  // dact fused into the block kernel
     }
     a.rows = rows;
     a.cols = cols;
@@ -605,6 +609,49 @@ GemmOperand GpuRankExecutor::dequantized_operand(int id, int kd, const Dequantiz
   return op;
 }
 
+// A 1x128 operand's scales ([rows][K / 128], as quantized) re-laid out
+// K-block-major ([K / 128][rows]) into `into`, where the lowering launches
+// it; returns the next free staging address. A segmented operand's scales
+// are [segments][rows][K / 128 / segments]: each segment is transposed on its
+// own, so that segment r's scales start r * K / 128 / segments rows in, as a
+// whole operand's do.
+CUdeviceptr GpuRankExecutor::k_block_major_scales(const LoweredStep& l, LaunchRole role, int id,
+                                                  GemmOperand& op, CUdeviceptr into) {
+  if (!find_launch(l, role)) return into;
+  const std::int64_t blocks = op.k / 128;
+  const int segments = plan_.tensor(id).segmented ? static_cast<int>(plan_.ranks) : 1;
+  r_.kernels.transpose(launch_kernel<TransposeKernel>(l, role))
+      .launch(op.scale_inv, into, static_cast<int>(op.rows), static_cast<int>(blocks / segments),
+              r_.stream, segments);
+  op.scale_inv = into;
+  op.scale_order = BlockScaleOrder::k_block_major;
+  return into + round_up(static_cast<std::size_t>(op.rows * blocks) * 4, 256);
+}
+
+// A 128x128 operand's scales ([ceil(rows/128)][K / 128], as quantized)
+// copied into `into` with each row of blocks padded to a multiple of 4, as
+// cuBLASLt reads them, where the lowering says so; returns the next free
+// staging address.
+CUdeviceptr GpuRankExecutor::padded_tile_scales(bool pad, GemmOperand& op, CUdeviceptr into) {
+  if (!pad) return into;
+  const std::size_t blocks = static_cast<std::size_t>(op.k / 128);
+  const std::size_t stride = (blocks + 3) / 4 * 4;
+  const std::size_t block_rows = static_cast<std::size_t>((op.rows + 127) / 128);
+  CUDA_MEMCPY2D copy = {};
+  copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  copy.srcDevice = op.scale_inv;
+  copy.srcPitch = blocks * 4;
+  copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  copy.dstDevice = into;
+  copy.dstPitch = stride * 4;
+  copy.WidthInBytes = blocks * 4;
+  copy.Height = block_rows;
+  FP8C_CU(driver().cuMemcpy2DAsync(&copy, r_.stream));
+  op.scale_inv = into;
+  op.scale_stride = static_cast<std::int64_t>(stride);
+  return into + round_up(block_rows * stride * 4, 256);
+}
+
 namespace {
 
 std::string describe(const GemmArgs& g) {
@@ -695,12 +742,22 @@ void GpuRankExecutor::gemm(const GemmStep& s, const LoweredStep& l) {
   } else if (call->segments <= 1) {
     g.a = operand(s.a, k_dim(s.role, 0));
     g.b = operand(s.b, k_dim(s.role, 1));
+    CUdeviceptr next =
+        k_block_major_scales(l, LaunchRole::scale_layout_a, s.a, g.a, scale_scratch_.get());
+    next = k_block_major_scales(l, LaunchRole::scale_layout_b, s.b, g.b, next);
+    next = padded_tile_scales(call->pad_scales_a, g.a, next);
+    padded_tile_scales(call->pad_scales_b, g.b, next);
     run_gemm(s, g);
   } else {
     // A segmented operand ([ranks][rows][k / ranks], gathered along K) is
     // read one rank segment at a time, accumulating into D.
-    const GemmOperand a = operand(s.a, k_dim(s.role, 0));
-    const GemmOperand b = operand(s.b, k_dim(s.role, 1));
+    if (call->pad_scales_a || call->pad_scales_b)
+      throw std::logic_error("gpu executor: padded 128x128 scales in a segmented-K GEMM");
+    GemmOperand a = operand(s.a, k_dim(s.role, 0));
+    GemmOperand b = operand(s.b, k_dim(s.role, 1));
+    const CUdeviceptr next =
+        k_block_major_scales(l, LaunchRole::scale_layout_a, s.a, a, scale_scratch_.get());
+    k_block_major_scales(l, LaunchRole::scale_layout_b, s.b, b, next);
     const std::int64_t segments = call->segments;
     const std::int64_t k_seg = a.k / segments;
     for (std::int64_t r = 0; r < segments; ++r) {
@@ -712,6 +769,11 @@ void GpuRankExecutor::gemm(const GemmStep& s, const LoweredStep& l) {
         } else {  // columns [r * k_seg, (r + 1) * k_seg) of a [rows][k] matrix
           op.data += static_cast<CUdeviceptr>(r * k_seg) * elem;
         }
+        // K-block-major 1x128 scales: segment r's K blocks are rows
+        // [r * k_seg / 128, ...) of [K / 128][rows] (the lowering refuses
+        // segments that are not whole blocks, and 128x128 scales).
+        if (op.scaling == Scaling::block_1x128)
+          op.scale_inv += static_cast<CUdeviceptr>(r * (k_seg / 128) * op.rows) * 4;
         op.k = k_seg;
         return op;
       };

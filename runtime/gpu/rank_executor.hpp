@@ -47,13 +47,15 @@ struct RankResources {
   CUstream comm_stream = nullptr;
 };
 
-// A layer's lowering for this executor's target, refused (ExecutorError
-// naming every reason) when it has something the GPU cannot run yet.
-LoweredLayer lower_for_gpu(const Layer& layer, const LayerPlan& plan);
+// A layer's lowering with `options` (on a GPU: cublaslt_lower_options(), what
+// the current context's GPU and the loaded cuBLASLt offer), refused
+// (ExecutorError naming every reason) when it has something the GPU cannot
+// run yet.
+LoweredLayer lower_for_gpu(const Layer& layer, const LayerPlan& plan, const LowerOptions& options);
 
 class GpuRankExecutor {
  public:
-  // `lowered` is lower_for_gpu(layer, plan); `resources.kernels` holds its kernels.
+  // `lowered` is lower_for_gpu(layer, plan, ...); `resources.kernels` holds its kernels.
   GpuRankExecutor(const Layer& layer, const LayerPlan& plan, const LoweredLayer& lowered,
                   const RankResources& resources, DeviceLayerState& state);
 
@@ -119,6 +121,9 @@ class GpuRankExecutor {
   DequantizeArgs dequantize_args(int id, CUdeviceptr out) const;
   GemmOperand operand(int id, int k_dim) const;
   GemmOperand dequantized_operand(int id, int k_dim, const DequantizeKernel& k, CUdeviceptr into);
+  CUdeviceptr k_block_major_scales(const LoweredStep& l, LaunchRole role, int id, GemmOperand& op,
+                                   CUdeviceptr into);
+  CUdeviceptr padded_tile_scales(bool pad, GemmOperand& op, CUdeviceptr into);
   Slot slot(int scale_tensor) const;
   CUdeviceptr at(int id) const { return addresses_.at(static_cast<std::size_t>(id)); }
   void zero(CUdeviceptr p, std::size_t bytes);
@@ -132,6 +137,7 @@ class GpuRankExecutor {
   DeviceBuffer arena_;
   DeviceBuffer scratch_;           // dbias tile partials
   DeviceBuffer operand_scratch_;   // dequantized GEMM operands
+  DeviceBuffer scale_scratch_;     // block scales as cuBLASLt reads them
   DeviceBuffer staging_;           // dz before a block quantize that fuses no dact
   DeviceBuffer verdict_;           // NaN verdict: the watched amaxes, then their group MAX
   PinnedHostBuffer verdict_host_;  // ... as the host reads them

@@ -26,7 +26,7 @@ std::vector<cpu::RankStepResult> run_rank_on_gpu(const KernelSet& kernels, Devic
   state.upload(initial);
   std::vector<cpu::RankStepResult> results;
   // One executor for every step, as a Session keeps one per layer.
-  const LoweredLayer lowered = lower_for_gpu(layer, plan);
+  const LoweredLayer lowered = lower_for_gpu(layer, plan, cublaslt_lower_options());
   GpuRankExecutor exec(layer, plan, lowered,
                        {kernels, comm, *gemm, stream.get(), comm_stream.get()}, state);
   for (std::size_t i = 0; i < steps.size(); ++i) {
@@ -57,7 +57,7 @@ std::vector<std::vector<cpu::RankStepResult>> run_layer_on_gpu(
     throw ExecutorError(m);
   }
   device.make_current();
-  const KernelSet kernels(jit, lower_for_gpu(layer, plan).kernels);
+  const KernelSet kernels(jit, lower_for_gpu(layer, plan, cublaslt_lower_options()).kernels);
 
   const int n = static_cast<int>(plan.ranks);
   LocalDeviceGroup group(n, options.timeout, jit);

@@ -1,4 +1,5 @@
-// CPU reference of TransposeKernel: out[c][r] = in[r][c], bytes.
+// CPU reference of TransposeKernel: out[c][r] = in[r][c], elements of
+// `element_bytes` bytes.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +8,6 @@
 namespace fp8c::runtime {
 
 std::vector<std::uint8_t> reference_transpose(const std::uint8_t* in, std::int64_t rows,
-                                              std::int64_t cols);
+                                              std::int64_t cols, int element_bytes = 1);
 
 }  // namespace fp8c::runtime

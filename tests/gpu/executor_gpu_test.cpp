@@ -65,6 +65,41 @@ TEST_P(GpuExamples, GpuEqualsCpuReference) {
   expect_passes(spec, o);
 }
 
+// Blockwise layers whose every GEMM the lowering gives to cuBLASLt's
+// block-scaled FP8 GEMM (fprop and dgrad 1x128 x 128x128, the wgrad 1x128 x
+// 1x128 read one rank segment at a time, GELU applied after the GEMM): the
+// same checks against the CPU reference as every layer.
+TEST(GpuExecutor, BlockScaledFp8GemmsPassTheSameChecks) {
+  REQUIRE_GPU();
+  for (const char* mode : {"column", "row"})
+    for (int ranks : {1, 2, 4}) {
+      SCOPED_TRACE(std::string(mode) + " " + std::to_string(ranks) + " ranks");
+      const bool column = std::string(mode) == "column";
+      const Spec spec =
+          spec_from(layer_text("blockwise", mode, true, ranks, column ? 512 : 2048,
+                               column ? 2048 : 512, "bias = true  activation = gelu"));
+      PlanOptions po;
+      po.ranks = static_cast<std::uint32_t>(ranks);
+      po.tokens = 512;
+      const Plan plan = plan_spec(spec, po);
+      const LoweredLayer lowered =
+          lower_for_gpu(spec.layers[0], plan.layers[0], cublaslt_lower_options());
+      int fp8 = 0;
+      for (const auto* pass : {&lowered.forward, &lowered.backward})
+        for (const auto& step : *pass)
+          for (const auto& a : step.actions)
+            if (const auto* g = std::get_if<GemmCall>(&a)) {
+              EXPECT_EQ(g->operands, GemmCall::Operands::fp8) << to_string(g->role);
+              ++fp8;
+            }
+      EXPECT_EQ(fp8, 3);
+      cpu::VerifyOptions o;
+      o.tokens = 512;
+      o.ranks = static_cast<std::uint32_t>(ranks);
+      expect_passes(spec, o);
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(All, GpuExamples,
                          ::testing::Values("ada_delayed", "current_scaling_debug",
                                            "single_gpu_reference", "blockwise_mlp", "mxfp8_proj",
@@ -129,7 +164,8 @@ TEST(GpuExecutor, ANanOnOneRankIsReportedByEveryRank) {
     // Token 200, feature 200: rank 1's sequence shard (column + SP) and
     // feature shard (row).
     data.x[200 * layer.in + 200] = NAN;
-    const KernelSet kernels(*gpu().jit, lower_for_gpu(layer, plan.layers[0]).kernels);
+    const KernelSet kernels(*gpu().jit,
+                            lower_for_gpu(layer, plan.layers[0], cublaslt_lower_options()).kernels);
     LocalDeviceGroup group(2, std::chrono::milliseconds(20000), *gpu().jit);
     std::vector<std::unique_ptr<DeviceCommunicator>> comms;
     for (int r = 0; r < 2; ++r) comms.push_back(group.communicator(r));

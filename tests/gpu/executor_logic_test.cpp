@@ -1,7 +1,8 @@
 // What the GPU executor runs, decided without a GPU by the lowering: which
 // kernels a layer needs (with the fallbacks: a kernel after a GEMM that
-// cannot apply relu/silu, dequantize kernels for block-scaled GEMM operands,
-// an fp32-staged dact for block formats), and which layers it refuses up
+// cannot apply relu/silu, block scales re-laid out for cuBLASLt's
+// block-scaled GEMM or dequantize kernels where it cannot read them, an
+// fp32-staged dact for block formats), and which layers it refuses up
 // front, naming why. Always runs.
 #include <gtest/gtest.h>
 
@@ -27,13 +28,15 @@ namespace {
 using cpu::testing::layer_text;
 using cpu::testing::spec_from;
 
-LoweredLayer kernels_of(const std::string& text, std::uint32_t ranks, std::uint64_t tokens) {
+// Lowered for an H100/H200 with cuBLASLt 12.9 or newer unless `options` say otherwise.
+LoweredLayer kernels_of(const std::string& text, std::uint32_t ranks, std::uint64_t tokens,
+                        const LowerOptions& options = {}) {
   const Spec spec = spec_from(text);
   PlanOptions o;
   o.ranks = ranks;
   o.tokens = tokens;
   const Plan plan = plan_spec(spec, o);
-  return lower_for_gpu(spec.layers[0], plan.layers[0]);
+  return lower_for_gpu(spec.layers[0], plan.layers[0], options);
 }
 
 template <typename K>
@@ -54,7 +57,7 @@ TEST(ExecutorLogic, EveryExampleAtItsRanksHasEveryKernelItNeeds) {
     const Plan plan = plan_spec(spec, o);
     for (const auto& lp : plan.layers) {
       LoweredLayer k;
-      EXPECT_NO_THROW(k = lower_for_gpu(*spec.find_layer(lp.layer), lp)) << lp.layer;
+      EXPECT_NO_THROW(k = lower_for_gpu(*spec.find_layer(lp.layer), lp, {})) << lp.layer;
       // One lowered step per plan step, each with what it runs.
       EXPECT_EQ(k.forward.size(), lp.forward.size());
       EXPECT_EQ(k.backward.size(), lp.backward.size());
@@ -83,17 +86,121 @@ TEST(ExecutorLogic, ReluAndSiluGetAKernelAfterTheGemmGeluDoesNot) {
   }
 }
 
-TEST(ExecutorLogic, BlockScaledGemmsGetDequantizeKernelsInTheLayerDtype) {
-  for (const char* recipe : {"blockwise", "mxfp8"}) {
-    SCOPED_TRACE(recipe);
-    const auto k = kernels_of(layer_text(recipe, "column", true, 2, 256, 512), 2, 512);
-    const auto dq = all_of<DequantizeKernel>(k);
+std::vector<GemmCall> gemm_calls(const LoweredLayer& k) {
+  std::vector<GemmCall> out;
+  for (const auto* pass : {&k.forward, &k.backward})
+    for (const auto& step : *pass)
+      for (const auto& a : step.actions)
+        if (const auto* g = std::get_if<GemmCall>(&a)) out.push_back(*g);
+  return out;
+}
+
+bool has_note(const LoweredLayer& k, const std::string& part) {
+  return std::any_of(k.notes.begin(), k.notes.end(),
+                     [&](const std::string& n) { return n.find(part) != std::string::npos; });
+}
+
+// 1x128 / 128x128 operands go to cuBLASLt's block-scaled FP8 GEMM, the 1x128
+// scales re-laid out K-block-major by the word transpose (one launch per
+// operand with more than one K block, the segmented wgrad's per rank segment
+// batched into it); nothing is dequantized.
+TEST(ExecutorLogic, BlockScaledGemmsRunAsFp8GemmsOnHopper) {
+  for (int ranks : {1, 2, 4}) {
+    SCOPED_TRACE(ranks);
+    const auto k =
+        kernels_of(layer_text("blockwise", "column", true, ranks, 1024, 2048), ranks, 1024);
+    const auto calls = gemm_calls(k);
+    ASSERT_EQ(calls.size(), 3u);
+    for (const auto& c : calls) EXPECT_EQ(c.operands, GemmCall::Operands::fp8) << to_string(c.role);
+    EXPECT_TRUE(all_of<DequantizeKernel>(k).empty());
+    EXPECT_EQ(k.staging.dequantized, 0u);
+    const auto transposes = all_of<TransposeKernel>(k);
+    ASSERT_EQ(transposes.size(), 1u);
+    EXPECT_EQ(transposes[0].element_bytes, 4);
+    EXPECT_GT(k.staging.block_scales, 0u);
+    EXPECT_TRUE(has_note(k, "block-scaled FP8 GEMM"));
+    // The segmented wgrad (ranks > 1, X gathered along tokens) keeps its
+    // per-segment calls and re-lays out both operands.
+    for (const auto& c : calls)
+      if (c.role == GemmRole::wgrad) EXPECT_EQ(c.segments, static_cast<std::uint32_t>(ranks));
+    int layouts = 0;
+    for (const auto& step : k.backward)
+      for (const auto& a : step.actions)
+        if (const auto* l = std::get_if<KernelLaunch>(&a))
+          layouts += l->role == LaunchRole::scale_layout_a || l->role == LaunchRole::scale_layout_b;
+    EXPECT_EQ(layouts, 3);  // dgrad's dz; wgrad's dz and x
+  }
+}
+
+// Without the block-scaled GEMM (another GPU, an older cuBLASLt), and for
+// MXFP8 always, operands are dequantized to the layer dtype, and the notes
+// say why.
+TEST(ExecutorLogic, BlockScaledGemmsDequantizeWhereTheGemmCannotReadThem) {
+  LowerOptions none;
+  none.block_scaled_gemm = false;
+  none.no_block_scaled_gemm = "this GPU has no such GEMM (test)";
+  const auto off = kernels_of(layer_text("blockwise", "column", true, 2, 256, 512), 2, 512, none);
+  for (const auto& c : gemm_calls(off)) EXPECT_EQ(c.operands, GemmCall::Operands::dequantized);
+  EXPECT_TRUE(has_note(off, "this GPU has no such GEMM (test)"));
+  EXPECT_TRUE(all_of<TransposeKernel>(off).empty());
+  const auto mx = kernels_of(layer_text("mxfp8", "column", true, 2, 256, 512), 2, 512);
+  for (const auto& c : gemm_calls(mx)) EXPECT_EQ(c.operands, GemmCall::Operands::dequantized);
+  EXPECT_TRUE(has_note(mx, "MXFP8"));
+  for (const auto* k : {&off, &mx}) {
+    const auto dq = all_of<DequantizeKernel>(*k);
     ASSERT_FALSE(dq.empty());
     for (const auto& d : dq) EXPECT_EQ(d.output, ElemType::bf16);
   }
   EXPECT_TRUE(all_of<DequantizeKernel>(
                   kernels_of(layer_text("current", "column", true, 2, 256, 512), 2, 512))
                   .empty());
+  // A spec's target decides `fp8c plan --lowered`: Hopper has the GEMM, Blackwell not here.
+  EXPECT_TRUE(lower_options_for(Target{90, true}).block_scaled_gemm);
+  const LowerOptions blackwell = lower_options_for(Target{100, true});
+  EXPECT_FALSE(blackwell.block_scaled_gemm);
+  EXPECT_NE(blackwell.no_block_scaled_gemm.find("sm_100a"), std::string::npos)
+      << blackwell.no_block_scaled_gemm;
+}
+
+// Shapes cuBLASLt's block modes do not take as fp8c lays the scales out fall
+// back GEMM by GEMM, each with its reason.
+TEST(ExecutorLogic, BlockScaledGemmsFallBackOnShapesTheGemmDoesNotTake) {
+  const auto role_of = [](const LoweredLayer& k, GemmRole r) {
+    for (const auto& c : gemm_calls(k))
+      if (c.role == r) return c;
+    throw std::runtime_error("no such GEMM");
+  };
+  // K = in = 320: not whole 128-blocks; dgrad contracts over out.
+  const auto partial = kernels_of(layer_text("blockwise", "column", false, 1, 320, 512), 1, 256);
+  EXPECT_EQ(role_of(partial, GemmRole::fprop).operands, GemmCall::Operands::dequantized);
+  EXPECT_EQ(role_of(partial, GemmRole::dgrad).operands, GemmCall::Operands::fp8);
+  EXPECT_TRUE(has_note(partial, "K = 320, not a multiple of 128"));
+  // 640 / 128 = 5 K blocks of a 256-row 128x128 weight: cuBLASLt reads its
+  // scales padded to 8, which the GEMM's call copies them into (not a fallback).
+  const auto padded = kernels_of(layer_text("blockwise", "column", false, 1, 640, 256), 1, 256);
+  const GemmCall padded_fprop = role_of(padded, GemmRole::fprop);
+  EXPECT_EQ(padded_fprop.operands, GemmCall::Operands::fp8);
+  EXPECT_TRUE(padded_fprop.pad_scales_b);
+  EXPECT_FALSE(padded_fprop.pad_scales_a);
+  EXPECT_TRUE(has_note(padded, "padded to 4 blocks"));
+  EXPECT_GE(padded.staging.block_scales, 2u * 8 * 4);
+  // 1056 tokens over 2 ranks: wgrad's K segments of 528 are not whole blocks.
+  const auto segments = kernels_of(layer_text("blockwise", "column", true, 2, 512, 512), 2, 1056);
+  EXPECT_EQ(role_of(segments, GemmRole::wgrad).operands, GemmCall::Operands::dequantized);
+  EXPECT_EQ(role_of(segments, GemmRole::fprop).operands, GemmCall::Operands::fp8);
+  // GELU is no epilogue of the block-scaled GEMM: the GEMM writes the
+  // pre-activation, a kernel applies GELU.
+  const auto gelu = kernels_of(
+      layer_text("blockwise", "column", false, 1, 512, 512, "bias = true  activation = gelu"), 1,
+      256);
+  const GemmCall fprop = role_of(gelu, GemmRole::fprop);
+  EXPECT_EQ(fprop.operands, GemmCall::Operands::fp8);
+  EXPECT_TRUE(fprop.activation_after);
+  EXPECT_EQ(fprop.activation, Activation::none);
+  const auto epilogues = all_of<EpilogueKernel>(gelu);
+  EXPECT_TRUE(std::any_of(epilogues.begin(), epilogues.end(), [](const auto& e) {
+    return !e.backward && e.activation == Activation::gelu;
+  }));
 }
 
 TEST(ExecutorLogic, BlockFormatsStageDactInFp32ThenQuantizeFromIt) {
@@ -110,6 +217,15 @@ TEST(ExecutorLogic, BlockFormatsStageDactInFp32ThenQuantizeFromIt) {
   const auto reduces = all_of<DbiasReduceKernel>(k);
   EXPECT_TRUE(std::any_of(reduces.begin(), reduces.end(),
                           [](const auto& r) { return r.output == ElemType::bf16; }));
+  // Without a dbias the block kernel fuses dact itself: no staging.
+  const auto fused = kernels_of(
+      layer_text("blockwise", "column", false, 1, 256, 512, "activation = silu"), 1, 256);
+  EXPECT_EQ(fused.staging.dz_fp32, 0u);
+  const auto fused_blocks = all_of<BlockQuantizeKernel>(fused);
+  EXPECT_TRUE(std::any_of(fused_blocks.begin(), fused_blocks.end(), [](const auto& b) {
+    return b.dact == Activation::silu && b.input == ElemType::bf16;
+  }));
+  for (const auto& e : all_of<EpilogueKernel>(fused)) EXPECT_FALSE(e.backward) << e.name();
 }
 
 TEST(ExecutorLogic, NanErrorWithoutAnAmaxIsRefusedNamingTheTensor) {

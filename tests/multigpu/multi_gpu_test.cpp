@@ -89,7 +89,8 @@ LayerPlan plan_of(const Spec& spec, std::uint32_t ranks, std::uint64_t tokens) {
 // This rank's results of one step of `plan` over NCCL.
 cpu::RankStepResult run_here(const Spec& spec, const LayerPlan& plan, const cpu::LayerData& data,
                              std::vector<std::string> capture = {}) {
-  const KernelSet kernels(*job().jit, lower_for_gpu(spec.layers[0], plan).kernels);
+  const KernelSet kernels(*job().jit,
+                          lower_for_gpu(spec.layers[0], plan, cublaslt_lower_options()).kernels);
   GpuRunOptions o;
   o.capture = std::move(capture);
   return run_rank_on_gpu(kernels, *job().comm, spec.layers[0], plan, {data}, o).at(0);

@@ -15,6 +15,7 @@
 #include "block_quantize_input.hpp"
 #include "kernel_variants.hpp"
 #include "runtime/block_quantize_launcher.hpp"
+#include "runtime/epilogue_launcher.hpp"
 #include "runtime/reference/block_quantize_reference.hpp"
 
 namespace fp8c {
@@ -115,6 +116,88 @@ TEST_P(BlockQuantizeGpu, LargeUnalignedShape) {
 
 INSTANTIATE_TEST_SUITE_P(AllVariants, BlockQuantizeGpu,
                          ::testing::ValuesIn(testing::block_quantize_variants()),
+                         [](const auto& info) { return info.param.name(); });
+
+// A kernel that fuses dact against the path it replaces: the backward
+// epilogue writing dz = dy * act'(z) in fp32, quantized by the fp32-input
+// kernel. Same bits in every output, on whole, edge and element-wise tiles,
+// with NaN/Inf among the inputs, and on misaligned pointers.
+class BlockQuantizeDactGpu : public ::testing::TestWithParam<BlockQuantizeKernel> {};
+
+TEST_P(BlockQuantizeDactGpu, EqualsTheEpilogueThenTheFp32Kernel) {
+  REQUIRE_GPU();
+  const BlockQuantizeKernel& fused = GetParam();
+  BlockQuantizeKernel plain = fused;
+  plain.input = ElemType::fp32;
+  plain.dact = Activation::none;
+  EpilogueKernel e;
+  e.input = fused.input;
+  e.output = ElemType::fp32;
+  e.backward = true;
+  e.activation = fused.dact;
+  testing::Gpu& g = gpu();
+  const BlockQuantizeLauncher fused_launcher(*g.jit, fused), plain_launcher(*g.jit, plain);
+  const EpilogueLauncher epilogue(*g.jit, e);
+  std::uint32_t seed = 17;
+  const std::pair<int, int> shapes[] = {{256, 384}, {300, 520}, {129, 264}, {17, 33}, {1000, 2048}};
+  for (auto [rows, cols] : shapes)
+    for (bool misalign : {false, true}) {
+      SCOPED_TRACE(fused.name() + " " + std::to_string(rows) + "x" + std::to_string(cols) +
+                   (misalign ? ", misaligned" : ""));
+      std::mt19937 rng(seed++);
+      const auto dy = testing::random_block_quantize_input(
+          fused.input, static_cast<std::size_t>(rows), static_cast<std::size_t>(cols), true, rng);
+      const auto z = testing::random_block_quantize_input(
+          fused.input, static_cast<std::size_t>(rows), static_cast<std::size_t>(cols), true, rng);
+      const std::size_t n = static_cast<std::size_t>(rows) * cols;
+      const std::size_t in_offset = misalign ? element_bytes(fused.input) : 0;
+      DeviceBuffer d_dy(dy.size() + 16), d_z(z.size() + 16), d_dz(n * 4);
+      d_dy.upload(dy.data(), dy.size(), in_offset);
+      d_z.upload(z.data(), z.size(), in_offset);
+      const auto outputs = [&](const BlockQuantizeLauncher& l, CUdeviceptr x, CUdeviceptr pre) {
+        DeviceBuffer row(n), col(n), row_scales(block_scale_bytes(fused, rows, cols, false)),
+            col_scales(block_scale_bytes(fused, rows, cols, true));
+        for (auto* b : {&row, &col, &row_scales, &col_scales}) b->fill(0xCD);
+        BlockQuantizeArgs a;
+        a.x = x;
+        a.pre_activation = pre;
+        a.rowwise = row.get();
+        a.rowwise_scales = row_scales.get();
+        a.columnwise = col.get();
+        a.columnwise_scales = col_scales.get();
+        a.rows = rows;
+        a.cols = cols;
+        l.launch(a, nullptr);
+        g.device->synchronize();
+        std::vector<std::vector<std::uint8_t>> got;
+        for (const DeviceBuffer* b : {&row, &row_scales, &col, &col_scales}) {
+          got.emplace_back(b->bytes());
+          b->download(got.back().data(), got.back().size());
+        }
+        return got;
+      };
+      EpilogueArgs ea;
+      ea.x = d_dy.get() + in_offset;
+      ea.pre_activation = d_z.get() + in_offset;
+      ea.out = d_dz.get();
+      ea.rows = rows;
+      ea.cols = cols;
+      epilogue.launch(ea, nullptr);
+      g.device->synchronize();
+      const auto want = outputs(plain_launcher, d_dz.get(), 0);
+      const auto got = outputs(fused_launcher, d_dy.get() + in_offset, d_z.get() + in_offset);
+      const char* names[] = {"rowwise", "rowwise scales", "columnwise", "columnwise scales"};
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        std::size_t bad = 0, first = 0;
+        for (std::size_t j = 0; j < got[i].size(); ++j)
+          if (got[i][j] != want[i][j] && bad++ == 0) first = j;
+        EXPECT_EQ(bad, 0u) << names[i] << ": first difference at byte " << first;
+      }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, BlockQuantizeDactGpu,
+                         ::testing::ValuesIn(testing::block_quantize_dact_variants()),
                          [](const auto& info) { return info.param.name(); });
 
 }  // namespace

@@ -510,8 +510,10 @@ TEST(CublasLtGemmGpu, TwoStreamsAtOnce) {
 
 // 1x128 and 128x128 block scaling: scales uploaded in the layout cuBLASLt
 // reads (cublaslt_requirements.hpp), each element's value scaled by its block.
-Problem make_block_problem(Scaling a_scaling, Scaling b_scaling, const Shape& s,
-                           std::uint32_t seed) {
+// `tile_stride`: floats from one row of 128x128 blocks to the next (0: packed,
+// ceil(K / 128)).
+Problem make_block_problem(Scaling a_scaling, Scaling b_scaling, const Shape& s, std::uint32_t seed,
+                           std::int64_t tile_stride = 0) {
   std::mt19937 rng(seed);
   Problem p;
   p.form = {std::string(to_string(a_scaling)) + " x " + std::string(to_string(b_scaling)) +
@@ -522,13 +524,15 @@ Problem make_block_problem(Scaling a_scaling, Scaling b_scaling, const Shape& s,
   p.b = testing::random_matrix(ElemType::e4m3, s.n, s.k, s.k, 8.0, rng);
   std::uniform_real_distribution<float> scale(0.002f, 0.02f);
   const std::int64_t nb = (s.k + 127) / 128;
+  const std::int64_t stride = tile_stride ? tile_stride : nb;
   const auto block_scales = [&](HostMatrix& m, Scaling scaling) {
-    const std::int64_t rows = scaling == Scaling::block_1x128 ? m.rows : (m.rows + 127) / 128;
-    std::vector<float> scales(static_cast<std::size_t>(rows * nb));
+    const bool row = scaling == Scaling::block_1x128;
+    const std::int64_t rows = row ? m.rows : (m.rows + 127) / 128;
+    std::vector<float> scales(static_cast<std::size_t>(rows * (row ? nb : stride)));
     for (float& x : scales) x = scale(rng);
-    // 1x128: K-block-major [nb][rows]; 128x128: [ceil(rows/128)][nb].
+    // 1x128: K-block-major [nb][rows]; 128x128: [ceil(rows/128)][stride].
     const auto at = [&](std::int64_t r, std::int64_t kb) {
-      return scaling == Scaling::block_1x128 ? scales[kb * rows + r] : scales[(r / 128) * nb + kb];
+      return row ? scales[kb * rows + r] : scales[(r / 128) * stride + kb];
     };
     for (std::int64_t r = 0; r < m.rows; ++r)
       for (std::int64_t c = 0; c < m.cols; ++c) m.values[r * m.cols + c] *= at(r, c / 128);
@@ -545,6 +549,7 @@ Problem make_block_problem(Scaling a_scaling, Scaling b_scaling, const Shape& s,
   p.args.b.scaling = b_scaling;
   p.args.b.scale_inv = p.b_scales.get();
   p.args.b.scale_order = BlockScaleOrder::k_block_major;
+  if (tile_stride) p.args.a.scale_stride = p.args.b.scale_stride = tile_stride;
   return p;
 }
 
@@ -557,6 +562,24 @@ TEST(CublasLtGemmGpu, BlockScaledForms) {
   for (auto [a, b] : {std::pair{row, tile}, std::pair{row, row}, std::pair{tile, row}})
     for (const Shape& s : {Shape{256, 512, 1024}, Shape{512, 384, 2048}}) {
       Problem p = make_block_problem(a, b, s, seed++);
+      run_and_check(p);
+    }
+}
+
+// A 128x128 scale tensor whose rows of blocks (ceil(K / 128) of them) are not
+// a multiple of 4 long, over more than one row of blocks: cuBLASLt reads it
+// with each row padded to a multiple of 4 blocks (scale_stride). Measured on
+// the H200 (cuBLASLt 13): the same shapes with packed rows fail this check.
+TEST(CublasLtGemmGpu, BlockScaled128x128ScaleRowsArePaddedToFourBlocks) {
+  REQUIRE_GPU();
+  if (cublaslt().version < kCublasLtBlockScalingVersion)
+    GTEST_SKIP() << "cuBLASLt " << cublaslt().version << " has no block scaling";
+  const Scaling row = Scaling::block_1x128, tile = Scaling::block_128x128;
+  std::uint32_t seed = 41;
+  for (auto [a, b] : {std::pair{row, tile}, std::pair{tile, row}})
+    for (const Shape& s : {Shape{256, 384, 640}, Shape{384, 256, 384}, Shape{512, 640, 1408}}) {
+      const std::int64_t nb = (s.k + 127) / 128;
+      Problem p = make_block_problem(a, b, s, seed++, (nb + 3) / 4 * 4);
       run_and_check(p);
     }
 }

@@ -329,11 +329,18 @@ TEST(CublasLtRequirements, BlockScalingLayoutsAreChecked) {
   // K-block-major with rows % 4 != 0: padding unknown.
   g = block_gemm(250, 512, 1024);
   EXPECT_TRUE(refused(g, "rows % 4 == 0"));
-  // 128x128: unpadded [ceil(N/128)][ceil(K/128)] equals cuBLASLt's only when
-  // ceil(K/128) % 4 == 0 or there is one row of blocks.
+  // 128x128: cuBLASLt reads each row of blocks padded to a multiple of 4;
+  // packed [ceil(N/128)][ceil(K/128)] is the same only when ceil(K/128) % 4
+  // == 0 or there is one row of blocks.
   g = block_gemm(256, 512, 640);  // 5 blocks per row, 4 rows of blocks
   g.a.ld = g.b.ld = 640;
-  EXPECT_TRUE(refused(g, "K must be a multiple of 512"));
+  EXPECT_TRUE(refused(g, "lay it out with scale_stride = 8"));
+  g.b.scale_stride = 6;
+  EXPECT_TRUE(refused(g, "padded to a multiple of 4"));
+  g.b.scale_stride = 4;
+  EXPECT_TRUE(refused(g, "is less than the 5 K blocks"));
+  g.b.scale_stride = 8;
+  EXPECT_TRUE(accepted(g));
   g = block_gemm(256, 128, 640);
   g.a.ld = g.b.ld = 640;
   g.ldd = 128;

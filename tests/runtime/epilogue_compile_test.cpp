@@ -149,12 +149,16 @@ TEST(EpilogueCompile, PlansMapEpilogueAndDequantizeStepsToKernels) {
       } catch (const PlanError&) {
         continue;  // does not split over that many ranks
       }
-      const LoweredPlan kernels = lower_plan(spec, plan);
-      for (const auto& p : kernels.kernels) {
-        const bool ours = std::holds_alternative<EpilogueKernel>(p.kernel.description) ||
-                          std::holds_alternative<DequantizeKernel>(p.kernel.description);
-        if (ours && names.insert(p.kernel.name()).second) sources.push_back(emit_cuda(p.kernel));
-      }
+      // With the block-scaled GEMM and without it (a GPU or cuBLASLt that
+      // has none dequantizes every block-scaled operand).
+      LowerOptions no_block_gemm;
+      no_block_gemm.block_scaled_gemm = false;
+      for (const LowerOptions& options : {LowerOptions{}, no_block_gemm})
+        for (const auto& p : lower_plan(spec, plan, options).kernels) {
+          const bool ours = std::holds_alternative<EpilogueKernel>(p.kernel.description) ||
+                            std::holds_alternative<DequantizeKernel>(p.kernel.description);
+          if (ours && names.insert(p.kernel.name()).second) sources.push_back(emit_cuda(p.kernel));
+        }
     }
   }
   // The forms the plans need, as the CPU executor runs them.

@@ -234,7 +234,10 @@ layer e = linear {
       const Plan plan = plan_spec(spec, {ranks, tokens});
       for (const LayerPlan& lp : plan.layers) {
         const Layer& layer = *spec.find_layer(lp.layer);
-        const LoweredLayer lowered = lower_layer(layer, lp);
+        // Without the block-scaled GEMM: every block-scaled operand dequantized.
+        LowerOptions options;
+        options.block_scaled_gemm = false;
+        const LoweredLayer lowered = lower_layer(layer, lp, options);
         for (const auto& [pass, low] :
              {std::pair{&lp.forward, &lowered.forward}, std::pair{&lp.backward, &lowered.backward}})
           for (std::size_t si = 0; si < pass->size(); ++si)

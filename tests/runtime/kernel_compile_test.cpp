@@ -25,7 +25,9 @@ TEST(KernelCompile, EveryQuantizeVariantCompilesWithoutSpills) {
         << k.name() << " must be self-contained";
   }
   sources.push_back(emit_cuda_dbias_reduce());
-  for (const auto& k : testing::block_quantize_variants()) {
+  auto blocks = testing::block_quantize_variants();
+  for (const auto& k : testing::block_quantize_dact_variants()) blocks.push_back(k);
+  for (const auto& k : blocks) {
     sources.push_back(emit_cuda(k));
     EXPECT_TRUE(names.insert(k.name()).second) << "two variants named " << k.name();
   }

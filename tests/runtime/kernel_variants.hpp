@@ -105,4 +105,27 @@ inline std::vector<BlockQuantizeKernel> block_quantize_variants() {
   return all;
 }
 
+// Block quantize kernels that fuse dact: checked on the GPU against the
+// backward epilogue's fp32 dz quantized by the fp32-input kernel
+// (block_quantize_gpu_test.cpp), since the CPU reference's act' is not the
+// GPU's fast one.
+inline std::vector<BlockQuantizeKernel> block_quantize_dact_variants() {
+  std::vector<BlockQuantizeKernel> all;
+  for (Activation act : {Activation::relu, Activation::gelu, Activation::silu})
+    for (Scaling scaling : {Scaling::block_1x128, Scaling::block_128x128, Scaling::mx_1x32}) {
+      BlockQuantizeKernel k;
+      k.scaling = scaling;
+      k.rowwise = k.columnwise = true;
+      k.pow2 = scaling == Scaling::block_1x128;
+      k.dact = act;
+      all.push_back(k);
+    }
+  BlockQuantizeKernel fp16;
+  fp16.input = ElemType::fp16;
+  fp16.format = ElemType::e5m2;
+  fp16.dact = Activation::silu;
+  all.push_back(fp16);
+  return all;
+}
+
 }  // namespace fp8c::testing

@@ -20,8 +20,11 @@ inline std::vector<ScaleUpdateKernel> scale_update_variants() {
 }
 
 inline std::vector<GeneratedKernel> other_kernel_variants() {
-  std::vector<GeneratedKernel> all = {
-      {TransposeKernel{}}, {PermuteKernel{1}}, {PermuteKernel{2}}, {PermuteKernel{4}}};
+  std::vector<GeneratedKernel> all = {{TransposeKernel{}},
+                                      {TransposeKernel{4}},
+                                      {PermuteKernel{1}},
+                                      {PermuteKernel{2}},
+                                      {PermuteKernel{4}}};
   for (const auto& k : scale_update_variants()) all.push_back({k});
   // Guarded by a NaN verdict (nan = error), as the GPU executor launches it.
   ScaleUpdateKernel guarded{

@@ -107,6 +107,59 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TransposeGpu,
                                   std::to_string(info.param.cols);
                          });
 
+// The word transpose that lays 1x128 block scales out K-block-major: fp32
+// [rows][K / 128] -> [K / 128][rows], one matrix or a batch of rank segments.
+struct WordCase {
+  int rows, cols, batch;
+};
+
+class TransposeWordsGpu : public ::testing::TestWithParam<WordCase> {};
+
+TEST_P(TransposeWordsGpu, MatchesReferenceBitForBit) {
+  REQUIRE_GPU();
+  const WordCase c = GetParam();
+  testing::Gpu& g = gpu();
+  const TransposeLauncher launcher(*g.jit, TransposeKernel{4});
+  std::mt19937 rng(static_cast<unsigned>(c.rows * 131 + c.cols * 7 + c.batch));
+  const std::size_t one = static_cast<std::size_t>(c.rows) * c.cols * 4;
+  const std::size_t n = one * static_cast<std::size_t>(c.batch);
+  const auto in = random_bytes(n, rng);
+  DeviceBuffer din = upload(in), dout(n);
+  dout.fill(kPoison);
+  Stream stream;
+  launcher.launch(din.get(), dout.get(), c.rows, c.cols, stream.get(), c.batch);
+  stream.synchronize();
+  std::vector<std::uint8_t> want;
+  for (int b = 0; b < c.batch; ++b) {
+    const auto part = reference_transpose(in.data() + b * one, c.rows, c.cols, 4);
+    want.insert(want.end(), part.begin(), part.end());
+  }
+  const std::int64_t at = first_difference(download(dout, n), want);
+  EXPECT_EQ(at, -1) << "first difference at output byte " << at;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, TransposeWordsGpu,
+                         ::testing::Values(WordCase{1, 1, 1}, WordCase{33, 31, 1},
+                                           WordCase{8192, 32, 1}, WordCase{4096, 7, 1},
+                                           WordCase{1024, 8, 4}, WordCase{100, 3, 3},
+                                           WordCase{3584, 28, 2}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.rows) + "x" +
+                                  std::to_string(info.param.cols) + "_b" +
+                                  std::to_string(info.param.batch);
+                         });
+
+// Launch-time refusals: a batch of bytes, a negative extent.
+TEST(TransposeWordsGpu, RefusesWhatTheKernelsDoNotDo) {
+  REQUIRE_GPU();
+  testing::Gpu& g = gpu();
+  const TransposeLauncher bytes(*g.jit);
+  DeviceBuffer buffer(64);
+  EXPECT_THROW(bytes.launch(buffer.get(), buffer.get(), 2, 2, nullptr, 2), std::invalid_argument);
+  const TransposeLauncher words(*g.jit, TransposeKernel{4});
+  EXPECT_THROW(words.launch(buffer.get(), buffer.get(), -1, 2, nullptr), std::invalid_argument);
+}
+
 struct PermuteCase {
   int element_bytes, ranks, outer;
   std::int64_t inner_local;
