@@ -27,6 +27,8 @@
 // code with bounds-checked loads and stores (element-wise where not wide):
 // out-of-range elements load as +0, which never raises an amax, and are never
 // stored.
+// With dact (BlockQuantizeKernel::dact) the loads read dy and the saved z and
+// keep dz = dy * act'(z) in fp32, as an fp32 input is kept (2 blocks an SM).
 // The scale and conversion arithmetic (block_scale, mx_code, mx_multiplier,
 // fp8(v * multiplier)) is that of the first, element-wise version, which
 // matched the CPU reference bit for bit on the H200. tests/emulation runs

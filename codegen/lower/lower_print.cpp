@@ -77,7 +77,8 @@ std::string print_lowered(const Plan& plan, const LoweredPlan& lowered) {
     print_pass(o, *lp, "update", lp->update, l.update);
     if (l.staging.dz_fp32 || l.staging.dequantized || l.staging.block_scales)
       o << "  staging: dz (fp32) " << l.staging.dz_fp32 << " B, dequantized operands "
-        << l.staging.dequantized << " B, K-block-major scales " << l.staging.block_scales << " B\n";
+        << l.staging.dequantized << " B, block scales as cuBLASLt reads them "
+        << l.staging.block_scales << " B\n";
     o << "  kernels: " << l.kernels.size() << "\n";
   }
   o << "\nkernels to compile: " << lowered.kernels.size() << "\n";

@@ -36,7 +36,8 @@ enum class LaunchRole {
   dequantize_b,           // ... and B
   scale_layout_a,         // a 1x128 operand A's block scales, row-major -> K-block-major,
   scale_layout_b,         // ... and B's, into staging (what the block-scaled GEMM reads)
-  activation_after_gemm,  // relu / silu on the pre-activation the GEMM wrote
+  activation_after_gemm,  // relu / silu (any activation after a block-scaled GEMM) on
+                          // the pre-activation the GEMM wrote
 };
 
 struct KernelLaunch {
@@ -90,8 +91,9 @@ struct LoweredStep {
 struct StagingSizes {
   std::uint64_t dz_fp32 = 0;      // dact_to_staging's output (largest source)
   std::uint64_t dequantized = 0;  // both dequantized operands of the largest such GEMM
-  std::uint64_t block_scales =
-      0;  // both re-laid-out or padded scale tensors of the largest such GEMM
+  // Both block scale tensors of the largest block-scaled FP8 GEMM, as
+  // cuBLASLt reads them (1x128 K-block-major, 128x128 rows padded).
+  std::uint64_t block_scales = 0;
 };
 
 // Under `nan = error`, the verdict each step takes on the device after
@@ -151,7 +153,7 @@ struct LowerOptions {
 // What a spec's target offers: cuBLASLt's block-scaled mode is Hopper's
 // (sm_90); on other targets the lowering dequantizes. The GPU executor
 // decides from the GPU and library it runs on instead
-// (runtime/gpu/rank_executor.hpp: gpu_lower_options).
+// (runtime/gemm/gemm.hpp: cublaslt_lower_options).
 LowerOptions lower_options_for(const Target& target);
 
 // The GEMM backend the lowering targets is cuBLASLt: per-tensor FP8, bias

@@ -203,6 +203,25 @@ TEST(ExecutorLogic, BlockScaledGemmsFallBackOnShapesTheGemmDoesNotTake) {
   }));
 }
 
+// `fp8c plan --lowered` shows the choice, from the spec's target: Hopper runs
+// the block-scaled GEMM, another target dequantizes and says why.
+TEST(ExecutorLogic, PlanLoweredShowsWhereBlockScaledGemmsRun) {
+  const std::string layer = layer_text("blockwise", "column", false, 1, 1024, 2048);
+  for (const char* target : {"sm_90a", "sm_100a"}) {
+    SCOPED_TRACE(target);
+    const Spec spec = spec_from(std::string("target = ") + target + "\n" + layer);
+    PlanOptions o;
+    o.tokens = 1024;
+    const Plan plan = plan_spec(spec, o);
+    const std::string text = print_lowered(plan, lower_plan(spec, plan));
+    const bool hopper = std::string(target) == "sm_90a";
+    EXPECT_EQ(text.find("block-scaled FP8 GEMM") != std::string::npos, hopper) << text;
+    EXPECT_EQ(text.find("transpose_u32 (scale_layout_a)") != std::string::npos, hopper) << text;
+    EXPECT_EQ(text.find("on cublaslt, dequantized operands") != std::string::npos, !hopper) << text;
+    if (!hopper) EXPECT_NE(text.find("the target is sm_100a"), std::string::npos) << text;
+  }
+}
+
 TEST(ExecutorLogic, BlockFormatsStageDactInFp32ThenQuantizeFromIt) {
   const auto k = kernels_of(
       layer_text("blockwise", "column", false, 1, 256, 512, "bias = true  activation = gelu"), 1,
