@@ -19,6 +19,7 @@
 #include "api/session_plan.hpp"
 #include "codegen/plan/planner.hpp"
 #include "fp8c/dsl.hpp"
+#include "runtime/gemm/cublaslt_requirements.hpp"
 #include "runtime/gpu/rank_executor.hpp"
 #include "tests/test_paths.hpp"
 
@@ -201,6 +202,115 @@ TEST(ExecutorLogic, BlockScaledGemmsFallBackOnShapesTheGemmDoesNotTake) {
   EXPECT_TRUE(std::any_of(epilogues.begin(), epilogues.end(), [](const auto& e) {
     return !e.backward && e.activation == Activation::gelu;
   }));
+}
+
+// The GemmArgs the GPU executor builds for lowered GEMM `c` of step `g`
+// (GpuRankExecutor::gemm and operand()), with aligned stand-in pointers; for
+// a segmented call, segment `segment`'s.
+GemmArgs executor_args(const LayerPlan& lp, const GemmStep& g, const GemmCall& c,
+                       const LoweredStep& l, std::int64_t segment) {
+  const auto has = [&](LaunchRole role) {
+    for (const auto& a : l.actions)
+      if (const auto* k = std::get_if<KernelLaunch>(&a); k && k->role == role) return true;
+    return false;
+  };
+  const auto operand = [&](int id, int kd, LaunchRole layout, bool pad) {
+    const Tensor& t = lp.tensor(id);
+    GemmOperand op;
+    op.data = 0x10000;
+    op.type = t.type;
+    op.scaling = t.scaling;
+    const std::int64_t outer = static_cast<std::int64_t>(t.dims[t.outer_dim()].local);
+    const std::int64_t inner = static_cast<std::int64_t>(t.dims[t.inner_dim()].local);
+    EXPECT_EQ(t.inner_dim(), kd) << t.name << ": an FP8 operand keeps K innermost";
+    op.rows = outer;
+    op.k = inner / static_cast<std::int64_t>(c.segments);
+    op.ld = t.segmented ? op.k : inner;
+    op.scale_inv = 0x20000;
+    if (has(layout)) op.scale_order = BlockScaleOrder::k_block_major;
+    if (pad) op.scale_stride = (inner / 128 + 3) / 4 * 4;
+    return op;
+  };
+  const int ka = g.role == GemmRole::wgrad ? 0 : 1;
+  const int kb = g.role == GemmRole::fprop ? 1 : 0;
+  GemmArgs args;
+  args.a = operand(g.a, ka, LaunchRole::scale_layout_a, c.pad_scales_a);
+  args.b = operand(g.b, kb, LaunchRole::scale_layout_b, c.pad_scales_b);
+  const Tensor& out = lp.tensor(g.out);
+  const OutputEpilogue& e = g.epilogue;
+  args.d = 0x30000;
+  args.d_type = out.type;
+  args.ldd = static_cast<std::int64_t>(out.dims[1].local);
+  if (e.bias != kNoTensor) {
+    args.bias = 0x40000;
+    args.bias_type = lp.tensor(e.bias).type;
+  }
+  args.activation = c.activation;
+  if (e.pre_activation != kNoTensor) {
+    const Tensor& z = lp.tensor(e.pre_activation);
+    args.aux = 0x50000;
+    args.aux_type = z.type;
+    args.ld_aux = static_cast<std::int64_t>(z.dims[1].local);
+  }
+  if (c.activation_after) {  // the GEMM writes z; a kernel makes y
+    args.d_type = args.aux_type;
+    args.ldd = args.ld_aux;
+    args.aux = 0;
+  }
+  args.accumulate = g.accumulate || segment > 0;
+  return args;
+}
+
+// Every GEMM the lowering gives to cuBLASLt's block-scaled mode is one
+// cuBLASLt takes (runtime/gemm/cublaslt_requirements.hpp, Hopper, 12.9),
+// over every example and tests/specs spec at several ranks and token
+// counts: the lowering's rules and the runner's never disagree, so a
+// fallback is chosen up front, not met as an error at run time.
+TEST(ExecutorLogic, EveryBlockScaledFp8GemmIsOneCublasLtTakes) {
+  std::vector<std::string> files;
+  for (const char* dir : {"examples", "tests/specs"})
+    for (const auto& entry : std::filesystem::directory_iterator(::fp8c::testing::source_path(dir)))
+      if (entry.path().extension() == ".fp8") files.push_back(entry.path().string());
+  int checked = 0, fallbacks = 0;
+  for (const auto& file : files) {
+    const Spec spec = load_spec(file);
+    for (std::uint32_t ranks : {1u, 2u, 4u, 8u})
+      for (std::uint64_t tokens : {1024u, 1056u, 4096u}) {
+        Plan plan;
+        try {
+          plan = plan_spec(spec, {ranks, tokens});
+        } catch (const PlanError&) {
+          continue;  // does not split that way
+        }
+        for (const LayerPlan& lp : plan.layers) {
+          const LoweredLayer low = lower_layer(*spec.find_layer(lp.layer), lp, {});
+          for (const auto& [steps, lowered] :
+               {std::pair{&lp.forward, &low.forward}, std::pair{&lp.backward, &low.backward}})
+            for (std::size_t i = 0; i < steps->size(); ++i) {
+              const auto* g = (*steps)[i].as<GemmStep>();
+              if (!g || !lp.tensor(g->a).block_scaled()) continue;
+              const GemmCall* c = nullptr;
+              for (const auto& a : (*lowered)[i].actions)
+                if (const auto* x = std::get_if<GemmCall>(&a)) c = x;
+              ASSERT_NE(c, nullptr);
+              if (c->operands != GemmCall::Operands::fp8) {
+                ++fallbacks;
+                continue;
+              }
+              for (std::int64_t r = 0; r < static_cast<std::int64_t>(c->segments); ++r) {
+                const auto problem = cublaslt_form_problem(
+                    executor_args(lp, *g, *c, (*lowered)[i], r), kCublasLtBlockScalingVersion, 90);
+                EXPECT_FALSE(problem.has_value())
+                    << file << " at " << ranks << " ranks, " << tokens << " tokens, layer "
+                    << lp.layer << " " << to_string(g->role) << ": " << problem.value_or("");
+                ++checked;
+              }
+            }
+        }
+      }
+  }
+  EXPECT_GT(checked, 100);
+  EXPECT_GT(fallbacks, 0);  // MXFP8, and 1056 tokens' partial K blocks
 }
 
 // `fp8c plan --lowered` shows the choice, from the spec's target: Hopper runs
