@@ -4,14 +4,13 @@
 
 namespace fp8c {
 
-SessionPlan plan_session(const Spec& spec, const SessionOptions& options, int ranks,
-                         const LowerOptions& lowering) {
+SessionPlan plan_session(const Spec& spec, const SessionOptions& options, int ranks) {
   PlanOptions p;
   p.ranks = static_cast<std::uint32_t>(ranks);
   p.tokens = options.tokens;
   SessionPlan s;
   s.plan = plan_spec(spec, p);
-  s.lowered = lower_plan(spec, s.plan, lowering);
+  s.lowered = lower_plan(spec, s.plan);
   return s;
 }
 

@@ -123,9 +123,7 @@ TEST(ExecutorLogic, BlockScaledGemmsRunAsFp8GemmsOnHopper) {
     // The segmented wgrad (ranks > 1, X gathered along tokens) keeps its
     // per-segment calls and re-lays out both operands.
     for (const auto& c : calls)
-      if (c.role == GemmRole::wgrad) {
-        EXPECT_EQ(c.segments, static_cast<std::uint32_t>(ranks));
-      }
+      if (c.role == GemmRole::wgrad) EXPECT_EQ(c.segments, static_cast<std::uint32_t>(ranks));
     int layouts = 0;
     for (const auto& step : k.backward)
       for (const auto& a : step.actions)
@@ -330,9 +328,7 @@ TEST(ExecutorLogic, PlanLoweredShowsWhereBlockScaledGemmsRun) {
     EXPECT_EQ(text.find("block-scaled FP8 GEMM") != std::string::npos, hopper) << text;
     EXPECT_EQ(text.find("transpose_u32 (scale_layout_a)") != std::string::npos, hopper) << text;
     EXPECT_EQ(text.find("on cublaslt, dequantized operands") != std::string::npos, !hopper) << text;
-    if (!hopper) {
-      EXPECT_NE(text.find("the target is sm_100a"), std::string::npos) << text;
-    }
+    if (!hopper) EXPECT_NE(text.find("the target is sm_100a"), std::string::npos) << text;
   }
 }
 
@@ -432,8 +428,7 @@ TEST(ExecutorLogic, Fp8cEmitListsTheKernelsASessionCompiles) {
     SessionOptions o;
     o.tokens = 2048;
     std::set<std::string> session;
-    const Spec spec = load_spec(file);
-    for (const auto& k : plan_session(spec, o, 1, lower_options_for(spec.target)).lowered.kernels)
+    for (const auto& k : plan_session(load_spec(file), o, 1).lowered.kernels)
       session.insert(k.kernel.name());
     const std::string command = tool.string() + " emit " + file + " --ranks 1 --tokens 2048";
     FILE* pipe = popen(command.c_str(), "r");
