@@ -123,7 +123,9 @@ TEST(ExecutorLogic, BlockScaledGemmsRunAsFp8GemmsOnHopper) {
     // The segmented wgrad (ranks > 1, X gathered along tokens) keeps its
     // per-segment calls and re-lays out both operands.
     for (const auto& c : calls)
-      if (c.role == GemmRole::wgrad) EXPECT_EQ(c.segments, static_cast<std::uint32_t>(ranks));
+      if (c.role == GemmRole::wgrad) {
+        EXPECT_EQ(c.segments, static_cast<std::uint32_t>(ranks));
+      }
     int layouts = 0;
     for (const auto& step : k.backward)
       for (const auto& a : step.actions)
@@ -328,7 +330,9 @@ TEST(ExecutorLogic, PlanLoweredShowsWhereBlockScaledGemmsRun) {
     EXPECT_EQ(text.find("block-scaled FP8 GEMM") != std::string::npos, hopper) << text;
     EXPECT_EQ(text.find("transpose_u32 (scale_layout_a)") != std::string::npos, hopper) << text;
     EXPECT_EQ(text.find("on cublaslt, dequantized operands") != std::string::npos, !hopper) << text;
-    if (!hopper) EXPECT_NE(text.find("the target is sm_100a"), std::string::npos) << text;
+    if (!hopper) {
+      EXPECT_NE(text.find("the target is sm_100a"), std::string::npos) << text;
+    }
   }
 }
 
