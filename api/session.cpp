@@ -68,13 +68,24 @@ TensorRef from_dlpack(const DLTensor& t) {
   return r;
 }
 
+namespace {
+
+// What this GPU and its cuBLASLt let the lowering use (the device's context
+// made current to ask).
+LowerOptions lower_options_on(const runtime::Device& device) {
+  device.make_current();
+  return runtime::cublaslt_lower_options();
+}
+
+}  // namespace
+
 struct Session::Impl {
   Spec spec;
   runtime::NcclBootstrap boot;
-  SessionPlan planned;  // the plan and its lowering
+  runtime::Device device;
+  SessionPlan planned;  // the plan and its lowering for this GPU
   const Plan& plan;
   const LoweredPlan& lowered;
-  runtime::Device device;
   runtime::Jit jit;
   std::unique_ptr<runtime::KernelSet> kernels;
   std::vector<KernelReport> reports;
@@ -101,18 +112,16 @@ struct Session::Impl {
       : spec(load_spec(path)),
         boot(o.launched ? runtime::nccl_bootstrap_from_process()
                         : runtime::single_rank_bootstrap()),
-        planned(plan_session(spec, o, boot.world_size)),
+        device(o.launched ? boot.local_rank : o.device),
+        planned(plan_session(spec, o, boot.world_size, lower_options_on(device))),
         plan(planned.plan),
         lowered(planned.lowered),
-        device(o.launched ? boot.local_rank : o.device),
         jit(device.arch(),
             runtime::CubinCache(o.cache_dir.empty() ? runtime::CubinCache::default_directory()
                                                     : o.cache_dir)) {
     device.make_current();
-    // Lowered for this GPU and its cuBLASLt (the plan's lowering assumed the
-    // spec's target). What runs is what the lowering says, and what it
-    // lists is what is compiled.
-    planned.lowered = lower_plan(spec, plan, runtime::cublaslt_lower_options());
+    // What runs is what the lowering says, and what it lists is what is
+    // compiled (`fp8c compile` lists the same kernels).
     if (!lowered.unsupported.empty()) {
       std::string m = "gpu executor: the spec cannot run on the GPU yet:";
       for (const auto& u : lowered.unsupported) m += "\n  " + u;

@@ -1,7 +1,8 @@
 // What a Session runs, decided without a GPU: the plan of a spec for the
-// session's options and group size, and its lowering, whose kernel list is
+// session's options and group size, and its lowering with `lowering` (the
+// Session passes what its GPU and cuBLASLt offer), whose kernel list is
 // exactly what the Session compiles (and what `fp8c compile --ranks N
-// --tokens M` lists for the same spec).
+// --tokens M` lists for the same spec, with the options of its target).
 #pragma once
 
 #include "codegen/lower/lowered.hpp"
@@ -17,6 +18,7 @@ struct SessionPlan {
 };
 
 // Throws PlanError for a spec that cannot be planned for the options.
-SessionPlan plan_session(const Spec& spec, const SessionOptions& options, int ranks);
+SessionPlan plan_session(const Spec& spec, const SessionOptions& options, int ranks,
+                         const LowerOptions& lowering);
 
 }  // namespace fp8c

@@ -86,9 +86,9 @@ std::vector<float> abs_difference(const std::vector<float>& a, const std::vector
 }
 
 // Whether the GPU executor runs `g` on operands dequantized to the layer
-// dtype (the lowering's fallback for block-scaled operands its GEMM cannot read).
-bool runs_dequantized(const Layer& layer, const LayerPlan& plan, const GemmStep& g) {
-  const LoweredLayer lowered = lower_for_gpu(layer, plan, cublaslt_lower_options());
+// dtype (the lowering's fallback for block-scaled operands its GEMM cannot
+// read), as `lowered`, the layer's lowering for this GPU, says.
+bool runs_dequantized(const LoweredLayer& lowered, const LayerPlan& plan, const GemmStep& g) {
   for (const auto& [steps, low] :
        {std::pair{&plan.forward, &lowered.forward}, std::pair{&plan.backward, &lowered.backward}})
     for (std::size_t i = 0; i < steps->size() && i < low->size(); ++i)
@@ -111,7 +111,8 @@ bool runs_dequantized(const Layer& layer, const LayerPlan& plan, const GemmStep&
 // |B_c| <= |B_g| + dB, |A_c||B_c| <= |A_g||B_g| + |A_g| dB + dA |B_c|, so
 // the whole bound follows from at most three |.||.| GEMMs instead of four,
 // and only one where both operands agree bit for bit.
-std::vector<double> gemm_difference(const Layer& layer, const LayerPlan& plan, const GemmStep& g,
+std::vector<double> gemm_difference(const Layer& layer, const LayerPlan& plan,
+                                    const LoweredLayer& lowered, const GemmStep& g,
                                     const cpu::RankStepResult& gpu,
                                     const cpu::RankStepResult& cpu) {
   const std::string an = plan.tensor(g.a).name, bn = plan.tensor(g.b).name;
@@ -134,7 +135,7 @@ std::vector<double> gemm_difference(const Layer& layer, const LayerPlan& plan, c
   const std::uint64_t k = a.dims[static_cast<std::size_t>(g.role == GemmRole::wgrad ? 0 : 1)].local;
   // Block-scaled operands the GPU dequantized to the layer dtype first: one
   // more rounding of each operand (codegen/lower).
-  const bool dequantized = runs_dequantized(layer, plan, g);
+  const bool dequantized = runs_dequantized(lowered, plan, g);
   const double ud = cpu::unit_roundoff(layer.dtype);
   // FP8 operands the tensor cores read: their FP8 MMA aligns each group of
   // products to its largest exponent and keeps about 14 bits (DeepSeek-V3,
@@ -179,10 +180,10 @@ int column_sum_source(const LayerPlan& plan, int dbias) {
 
 // One rank's (before-store) difference of the value a field comes from.
 std::vector<double> rank_difference(const Layer& layer, const LayerPlan& plan,
-                                    const cpu::OutputOrigin& o, int partial_or_output,
-                                    const cpu::RankStepResult& gpu,
+                                    const LoweredLayer& lowered, const cpu::OutputOrigin& o,
+                                    int partial_or_output, const cpu::RankStepResult& gpu,
                                     const cpu::RankStepResult& cpu) {
-  if (o.gemm) return gemm_difference(layer, plan, *o.gemm, gpu, cpu);
+  if (o.gemm) return gemm_difference(layer, plan, lowered, *o.gemm, gpu, cpu);
   if (o.column_sum)
     return column_sum_difference(layer, plan, column_sum_source(plan, partial_or_output), cpu);
   return {};
@@ -219,8 +220,9 @@ std::vector<Field> fields_of(const Layer& layer, const LayerPlan& plan) {
 // group's GEMM differences for a field summed over the group.
 template <typename Summed>
 void compare_rank(cpu::VerifyReport& report, const Layer& layer, const LayerPlan& plan,
-                  const cpu::RankStepResult& gpu, const cpu::RankStepResult& cpu, int rank,
-                  std::size_t step, const std::string& where, Summed&& summed_difference) {
+                  const LoweredLayer& lowered, const cpu::RankStepResult& gpu,
+                  const cpu::RankStepResult& cpu, int rank, std::size_t step,
+                  const std::string& where, Summed&& summed_difference) {
   const std::string at = " rank " + std::to_string(rank) + " step " + std::to_string(step) + where;
   for (const auto& [name, c] : cpu.captured) {
     if (name.empty()) continue;
@@ -246,7 +248,7 @@ void compare_rank(cpu::VerifyReport& report, const Layer& layer, const LayerPlan
     const std::vector<float>& c = cpu.*f.values;
     cpu::DifferenceBeforeStore d;
     if (o.summed_partial == kNoTensor) {
-      d.before_store = rank_difference(layer, plan, o, id, gpu, cpu);
+      d.before_store = rank_difference(layer, plan, lowered, o, id, gpu, cpu);
       d.magnitude.assign(d.before_store.size(), 0.0);
     } else {
       // Every rank's difference, plus each side's roundings of the partials
@@ -445,6 +447,7 @@ cpu::VerifyReport verify_spec_on_gpu(const Spec& spec, const cpu::VerifyOptions&
         ge.capture = bound_tensors(lp);
         ge.timeout = options.executor.timeout;
         const auto gpu = run_layer_on_gpu(device, jit, layer, lp, data, ge);
+        const LoweredLayer lowered = lower_for_gpu(layer, lp, cublaslt_lower_options());
         const auto ref = cpu::run_layer(layer, lp, data, reference_options(lp, options, gpu));
         const std::string where = " (" + std::to_string(lp.ranks) + " ranks on one GPU)";
         for (std::size_t s = 0; s < data.size(); ++s) {
@@ -461,7 +464,7 @@ cpu::VerifyReport verify_spec_on_gpu(const Spec& spec, const cpu::VerifyOptions&
               std::vector<double> total(m.size(), 0.0);
               for (std::size_t r = 0; r < gpu.size() && !total.empty(); ++r) {
                 const auto e =
-                    rank_difference(layer, lp, o, o.summed_partial, gpu[r][s], ref[r][s]);
+                    rank_difference(layer, lp, lowered, o, o.summed_partial, gpu[r][s], ref[r][s]);
                 if (e.size() != total.size()) total.clear();
                 for (std::size_t i = 0; i < e.size() && !total.empty(); ++i) total[i] += e[i];
               }
@@ -471,8 +474,8 @@ cpu::VerifyReport verify_spec_on_gpu(const Spec& spec, const cpu::VerifyOptions&
             return it->second.first;
           };
           for (std::size_t r = 0; r < ref.size(); ++r)
-            compare_rank(report, layer, lp, gpu[r][s], ref[r][s], static_cast<int>(r), s, where,
-                         summed);
+            compare_rank(report, layer, lp, lowered, gpu[r][s], ref[r][s], static_cast<int>(r), s,
+                         where, summed);
         }
         compare_float64(report, layer, lp, gpu, data, options.tokens, where);
       });
@@ -491,7 +494,8 @@ cpu::VerifyReport verify_rank_on_gpu(const Spec& spec, const cpu::VerifyOptions&
         GpuRunOptions ge;
         ge.capture = bound_tensors(lp);
         ge.timeout = comm.timeout();
-        const KernelSet kernels(jit, lower_for_gpu(layer, lp, cublaslt_lower_options()).kernels);
+        const LoweredLayer lowered = lower_for_gpu(layer, lp, cublaslt_lower_options());
+        const KernelSet kernels(jit, lowered.kernels);
         const auto mine = run_rank_on_gpu(kernels, comm, layer, lp, data, ge);
         // Every process runs the whole group's CPU reference (threads) with
         // every rank's GPU pre-activation (gathered over the communicator).
@@ -528,7 +532,7 @@ cpu::VerifyReport verify_rank_on_gpu(const Spec& spec, const cpu::VerifyOptions&
           const auto summed = [&](const Field&, const cpu::OutputOrigin& o,
                                   std::vector<double>& magnitude) {
             magnitude = partial_magnitude(lp, o, cpu_ranks);
-            const auto e = rank_difference(layer, lp, o, o.summed_partial, mine[s],
+            const auto e = rank_difference(layer, lp, lowered, o, o.summed_partial, mine[s],
                                            ref[static_cast<std::size_t>(me)][s]);
             std::vector<float> local(magnitude.size(), INFINITY);
             if (e.size() == local.size())
@@ -539,8 +543,8 @@ cpu::VerifyReport verify_rank_on_gpu(const Spec& spec, const cpu::VerifyOptions&
             for (std::size_t i = 0; i < all.size(); ++i) total[i % local.size()] += all[i];
             return total;
           };
-          compare_rank(report, layer, lp, mine[s], ref[static_cast<std::size_t>(me)][s], me, s,
-                       where, summed);
+          compare_rank(report, layer, lp, lowered, mine[s], ref[static_cast<std::size_t>(me)][s],
+                       me, s, where, summed);
         }
       });
   return report;

@@ -432,7 +432,8 @@ TEST(ExecutorLogic, Fp8cEmitListsTheKernelsASessionCompiles) {
     SessionOptions o;
     o.tokens = 2048;
     std::set<std::string> session;
-    for (const auto& k : plan_session(load_spec(file), o, 1).lowered.kernels)
+    const Spec spec = load_spec(file);
+    for (const auto& k : plan_session(spec, o, 1, lower_options_for(spec.target)).lowered.kernels)
       session.insert(k.kernel.name());
     const std::string command = tool.string() + " emit " + file + " --ranks 1 --tokens 2048";
     FILE* pipe = popen(command.c_str(), "r");
