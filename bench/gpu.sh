@@ -5,14 +5,14 @@
 #   bench/gpu.sh BUILD_DIR COMMIT
 # FP8C_PROFILE=1 adds an ncu profile of the main kernel; FP8C_NO_PEERS=1
 # skips the PyTorch peers (when device time is short).
-# FP8C_ONLY=quantize|layer|block runs one benchmark; FP8C_SKIP_TESTS=1 skips the
+# FP8C_ONLY=quantize|layer|block|gemm runs one benchmark; FP8C_SKIP_TESTS=1 skips the
 # tests and the sanitizer, FP8C_SKIP_BENCH=1 the benchmarks. The tests take
 # about 5 minutes and the benchmarks with peers about as long: past the device
 # tool's 10 minutes a call, so run it as two calls (FP8C_SKIP_BENCH=1, then
 # FP8C_SKIP_TESTS=1).
 # Writes $OUT/gpu_run.tgz (or ./gpu-out/) holding tests.log, executor_tests.log,
 # host_example.log, quantize_fp8c.json, quantize_peers.json, quantize.json,
-# layer_fp8c.json, layer_peers.json, layer.json, block_steps.json (the records for
+# layer_fp8c.json, layer_peers.json, layer.json, block_steps.json, gemm.json (the records for
 # bench/results/).
 set -uo pipefail
 build=${1:-build}
@@ -27,7 +27,7 @@ rm -rf "$out"
 mkdir -p "$out"
 pack() {
   tar -czf "$final/gpu_run.tgz" -C "$out" .
-  for record in layer.json quantize.json block_steps.json; do
+  for record in layer.json quantize.json block_steps.json gemm.json; do
     [ -f "$out/$record" ] && cp "$out/$record" "$final/"
   done
   rm -rf "$out"
@@ -122,6 +122,18 @@ if [ "${FP8C_ONLY:-quantize}" = block ] || [ -z "${FP8C_ONLY:-}" ]; then
   timeout 300 python3 bench/block_steps.py "$build/tools/fp8c" "$commit" "$out/block_steps.json"
 fi
 [ "${FP8C_ONLY:-}" = block ] && exit $tests
+
+if [ "${FP8C_ONLY:-quantize}" = gemm ] || [ -z "${FP8C_ONLY:-}" ]; then
+  echo "== FP8 GEMMs: the generated GEMM against cuBLASLt (fp8c's runner, then the peers' programs)"
+  timeout 300 "$build/bench/gemm_bench" --json "$out/gemm_fp8c.json" ${FP8C_GEMM_ARGS:-}
+  for p in cublaslt_bench cublaslt_block_bench; do
+    [ "${FP8C_NO_PEERS:-0}" != 1 ] && [ -x "$build/bench/peers/$p" ] &&
+      timeout 200 "$build/bench/peers/$p" > "$out/gemm_peer_$p.json"
+  done
+  python3 bench/merge_gemm_results.py "$out/gemm_fp8c.json" "$out/gemm_peer_cublaslt_bench.json" \
+    "$out/gemm_peer_cublaslt_block_bench.json" "$commit" "$out/gemm.json"
+fi
+[ "${FP8C_ONLY:-}" = gemm ] && exit $tests
 
 echo "== benchmarks"
 timeout 150 "$build/bench/quantize_bench" --json "$out/quantize_fp8c.json"

@@ -17,52 +17,55 @@ namespace fp8c::runtime {
 // declares: asking for cuCtxSynchronize at 13000 returns the v13000 entry
 // point, which takes a context argument that the v2000 prototype does not
 // pass. cuda_driver.cpp checks each (name, version) against cuda.h.
-#define FP8C_DRIVER_FUNCTIONS(X)      \
-  X(cuInit, 2000)                     \
-  X(cuDriverGetVersion, 2020)         \
-  X(cuGetErrorName, 6000)             \
-  X(cuGetErrorString, 6000)           \
-  X(cuDeviceGetCount, 2000)           \
-  X(cuDeviceGet, 2000)                \
-  X(cuDeviceGetName, 2000)            \
-  X(cuDeviceGetAttribute, 2000)       \
-  X(cuDeviceTotalMem, 3020)           \
-  X(cuDevicePrimaryCtxRetain, 7000)   \
-  X(cuDevicePrimaryCtxRelease, 11000) \
-  X(cuCtxSetCurrent, 4000)            \
-  X(cuCtxGetDevice, 2000)             \
-  X(cuCtxGetCurrent, 4000)            \
-  X(cuCtxSynchronize, 2000)           \
-  X(cuModuleLoadData, 2000)           \
-  X(cuModuleUnload, 2000)             \
-  X(cuModuleGetFunction, 2000)        \
-  X(cuFuncGetAttribute, 2020)         \
-  X(cuFuncSetAttribute, 9000)         \
-  X(cuLaunchKernel, 4000)             \
-  X(cuMemAlloc, 3020)                 \
-  X(cuMemFree, 3020)                  \
-  X(cuMemAllocHost, 3020)             \
-  X(cuMemFreeHost, 2000)              \
-  X(cuMemcpyHtoD, 3020)               \
-  X(cuMemcpyDtoH, 3020)               \
-  X(cuMemcpyDtoDAsync, 3020)          \
-  X(cuMemcpyHtoDAsync, 3020)          \
-  X(cuMemcpyDtoHAsync, 3020)          \
-  X(cuMemcpy2DAsync, 3020)            \
-  X(cuMemsetD8Async, 3020)            \
-  X(cuMemGetInfo, 3020)               \
-  X(cuPointerGetAttribute, 4000)      \
-  X(cuStreamCreate, 2000)             \
-  X(cuStreamDestroy, 4000)            \
-  X(cuStreamSynchronize, 2000)        \
-  X(cuStreamQuery, 2000)              \
-  X(cuStreamWaitEvent, 3020)          \
-  X(cuEventCreate, 2000)              \
-  X(cuEventDestroy, 4000)             \
-  X(cuEventRecord, 2000)              \
-  X(cuEventQuery, 2000)               \
-  X(cuEventSynchronize, 2000)         \
-  X(cuEventElapsedTime, 12080)
+#define FP8C_DRIVER_FUNCTIONS(X)         \
+  X(cuInit, 2000)                        \
+  X(cuDriverGetVersion, 2020)            \
+  X(cuGetErrorName, 6000)                \
+  X(cuGetErrorString, 6000)              \
+  X(cuDeviceGetCount, 2000)              \
+  X(cuDeviceGet, 2000)                   \
+  X(cuDeviceGetName, 2000)               \
+  X(cuDeviceGetAttribute, 2000)          \
+  X(cuDeviceTotalMem, 3020)              \
+  X(cuDevicePrimaryCtxRetain, 7000)      \
+  X(cuDevicePrimaryCtxRelease, 11000)    \
+  X(cuCtxSetCurrent, 4000)               \
+  X(cuCtxGetDevice, 2000)                \
+  X(cuCtxGetCurrent, 4000)               \
+  X(cuCtxSynchronize, 2000)              \
+  X(cuModuleLoadData, 2000)              \
+  X(cuModuleUnload, 2000)                \
+  X(cuModuleGetFunction, 2000)           \
+  X(cuFuncGetAttribute, 2020)            \
+  X(cuFuncSetAttribute, 9000)            \
+  X(cuLaunchKernel, 4000)                \
+  X(cuLaunchKernelEx, 11060)             \
+  X(cuOccupancyMaxActiveClusters, 11070) \
+  X(cuMemAlloc, 3020)                    \
+  X(cuMemFree, 3020)                     \
+  X(cuMemAllocHost, 3020)                \
+  X(cuMemFreeHost, 2000)                 \
+  X(cuMemcpyHtoD, 3020)                  \
+  X(cuMemcpyDtoH, 3020)                  \
+  X(cuMemcpyDtoDAsync, 3020)             \
+  X(cuMemcpyHtoDAsync, 3020)             \
+  X(cuMemcpyDtoHAsync, 3020)             \
+  X(cuMemcpy2DAsync, 3020)               \
+  X(cuMemsetD8Async, 3020)               \
+  X(cuMemGetInfo, 3020)                  \
+  X(cuPointerGetAttribute, 4000)         \
+  X(cuStreamCreate, 2000)                \
+  X(cuStreamDestroy, 4000)               \
+  X(cuStreamSynchronize, 2000)           \
+  X(cuStreamQuery, 2000)                 \
+  X(cuStreamWaitEvent, 3020)             \
+  X(cuEventCreate, 2000)                 \
+  X(cuEventDestroy, 4000)                \
+  X(cuEventRecord, 2000)                 \
+  X(cuEventQuery, 2000)                  \
+  X(cuEventSynchronize, 2000)            \
+  X(cuEventElapsedTime, 12080)           \
+  X(cuTensorMapEncodeTiled, 12000)
 
 struct DriverApi {
 #define FP8C_DECLARE(name, version) PFN_##name##_v##version name = nullptr;

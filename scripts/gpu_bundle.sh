@@ -10,9 +10,19 @@ out=${2:-build-gpu}
 rm -rf "$out"
 for f in tests/runtime/runtime_tests tests/gpu/gpu_executor_tests tests/multigpu/multi_gpu_tests \
          tools/fp8c examples/host/gpt_mlp_step bench/layer_bench bench/quantize_bench \
-         bench/mlp_multi_gpu_bench; do
+         bench/mlp_multi_gpu_bench bench/gemm_bench; do
   mkdir -p "$out/$(dirname "$f")"
   cp "$build/$f" "$out/$f"
   strip "$out/$f"
 done
+# The peers' cuBLASLt programs (best of the heuristic's top candidates), for
+# bench/gpu.sh's GEMM benchmark, built here with nvcc when the peers' scripts
+# are at hand (PEERS_DIR, default ../shared/peers).
+peers=${PEERS_DIR:-../shared/peers}
+if [ -x /usr/local/cuda/bin/nvcc ] && [ -f "$peers/cublaslt_bench.cu" ]; then
+  mkdir -p "$out/bench/peers"
+  for p in cublaslt_bench cublaslt_block_bench; do
+    /usr/local/cuda/bin/nvcc -O2 -std=c++17 -arch=sm_90a "$peers/$p.cu" -lcublasLt -o "$out/bench/peers/$p"
+  done
+fi
 du -sh "$out"

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "gemm_problem.hpp"
 #include "gemm_reference.hpp"
 #include "runtime/gemm/cublaslt_library.hpp"
 #include "runtime/gemm/cublaslt_requirements.hpp"
@@ -23,11 +24,10 @@
 namespace fp8c::runtime {
 namespace {
 
+using namespace gemm_test;
 using testing::decode;
 using testing::GemmReference;
 using testing::HostMatrix;
-
-constexpr unsigned char kPoison = 0xFF;
 
 // Never destroyed, like the fixture's context: no teardown order to get
 // wrong against cuBLASLt's own at exit.
@@ -39,217 +39,8 @@ GemmRunner& runner() {
   return *instance;
 }
 
-DeviceBuffer upload(const std::vector<unsigned char>& bytes) {
-  DeviceBuffer buffer(bytes.size());
-  buffer.upload(bytes.data(), bytes.size());
-  return buffer;
-}
-
-template <typename T>
-std::vector<T> download(const DeviceBuffer& buffer, std::size_t count) {
-  std::vector<T> host(count);
-  buffer.download(host.data(), count * sizeof(T));
-  return host;
-}
-
-// One GEMM form as a test asks for it.
-struct Form {
-  std::string name;
-  ElemType a = ElemType::e4m3, b = ElemType::e4m3, d = ElemType::bf16;
-  bool bias = false;
-  ElemType bias_type = ElemType::bf16;
-  bool gelu = false, aux = false;
-  ElemType aux_type = ElemType::bf16;
-  bool fast_accumulate = false;
-  bool amax = false;
-};
-
-struct Shape {
-  std::int64_t m, n, k;
-  std::int64_t pad = 0;  // extra elements in every leading dimension
-};
-
-std::string describe(const Form& f, const Shape& s) {
-  std::ostringstream out;
-  out << f.name << " " << s.m << "x" << s.n << "x" << s.k << (s.pad ? " padded" : "");
-  return out.str();
-}
-
-// Host data, device buffers and arguments of one GEMM.
-struct Problem {
-  Form form;
-  Shape shape;
-  HostMatrix a, b;
-  std::vector<double> bias;
-  float d_scale = 1.0f;
-  GemmReference ref;
-  DeviceBuffer da, db, dd, dbias, daux, scalars, a_scales, b_scales;
-  GemmArgs args;
-
-  std::size_t d_bytes() const {
-    return static_cast<std::size_t>(shape.m * args.ldd) * element_bytes(form.d);
-  }
-  std::size_t aux_bytes() const {
-    return static_cast<std::size_t>(shape.m * args.ld_aux) * element_bytes(form.aux_type);
-  }
-};
-
-// Scalars live in one buffer, 16 bytes apart.
-constexpr std::size_t kAScaleAt = 0, kBScaleAt = 16, kDScaleAt = 32, kAmaxAt = 48;
-
-// Per-tensor scales that are not powers of two, so a scale applied twice,
-// or to the wrong operand, shows.
-constexpr float kAScaleInv = 0.0371f, kBScaleInv = 0.0123f;
-
-void finish(Problem& p, std::mt19937& rng) {
-  const Form& f = p.form;
-  const Shape& s = p.shape;
-  if (f.bias) {
-    std::vector<unsigned char> bytes(static_cast<std::size_t>(s.n) * element_bytes(f.bias_type));
-    std::normal_distribution<double> normal(0.0, 1.0);
-    for (std::int64_t j = 0; j < s.n; ++j) {
-      unsigned char* at = &bytes[j * element_bytes(f.bias_type)];
-      testing::encode(f.bias_type, static_cast<float>(normal(rng)), at);
-      p.bias.push_back(decode(f.bias_type, at));
-    }
-    p.dbias = upload(bytes);
-  }
-  p.ref = testing::reference_gemm(p.a, p.b, f.bias ? &p.bias : nullptr);
-  if (is_fp8(f.d)) {
-    // Most of FP8's range, without overflow (the saturation test overflows on purpose).
-    double max_want = 0;
-    for (double z : p.ref.pre)
-      max_want = std::max(max_want, std::fabs(f.gelu ? testing::gelu_tanh(z) : z));
-    const double target = f.d == ElemType::e4m3 ? 300.0 : 30000.0;
-    p.d_scale = static_cast<float>(target / max_want);
-  }
-  p.da = upload(p.a.bytes);
-  p.db = upload(p.b.bytes);
-  p.scalars = DeviceBuffer(64);
-  const float scalars[16] = {kAScaleInv, 0, 0, 0, kBScaleInv, 0, 0, 0, p.d_scale};
-  p.scalars.upload(scalars, sizeof scalars);
-
-  GemmArgs& g = p.args;
-  const bool fp8 = is_fp8(f.a);
-  g.a = {p.da.get(),
-         f.a,
-         s.m,
-         s.k,
-         p.a.ld,
-         fp8 ? Scaling::per_tensor : Scaling::none,
-         fp8 ? p.scalars.get() + kAScaleAt : 0};
-  g.b = {p.db.get(),
-         f.b,
-         s.n,
-         s.k,
-         p.b.ld,
-         fp8 ? Scaling::per_tensor : Scaling::none,
-         fp8 ? p.scalars.get() + kBScaleAt : 0};
-  g.d_type = f.d;
-  g.ldd = s.n + s.pad;
-  g.bias = f.bias ? p.dbias.get() : 0;
-  g.bias_type = f.bias_type;
-  g.activation = f.gelu ? Activation::gelu : Activation::none;
-  g.fast_accumulate = f.fast_accumulate;
-  if (is_fp8(f.d)) g.d_scale = p.scalars.get() + kDScaleAt;
-  if (f.amax) g.d_amax = p.scalars.get() + kAmaxAt;
-  p.dd = DeviceBuffer(p.d_bytes());
-  g.d = p.dd.get();
-  if (f.aux) {
-    g.ld_aux = g.ldd;
-    g.aux_type = f.aux_type;
-    p.daux = DeviceBuffer(p.aux_bytes());
-    g.aux = p.daux.get();
-  }
-}
-
-// Per-tensor (FP8) or unscaled (high-precision) operands.
-Problem make_problem(const Form& f, const Shape& s, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  Problem p;
-  p.form = f;
-  p.shape = s;
-  const double sigma_a = is_fp8(f.a) ? 8.0 : 1.0, sigma_b = is_fp8(f.b) ? 8.0 : 1.0;
-  p.a = testing::random_matrix(f.a, s.m, s.k, s.k + s.pad, sigma_a, rng);
-  p.b = testing::random_matrix(f.b, s.n, s.k, s.k + s.pad, sigma_b, rng);
-  if (is_fp8(f.a)) {
-    p.a.decode_all(kAScaleInv);
-    p.b.decode_all(kBScaleInv);
-  }
-  finish(p, rng);
-  return p;
-}
-
-// What the outputs must hold: `times` x the reference (accumulate runs twice).
-void check(Problem& p, double times = 1.0) {
-  const Form& f = p.form;
-  const GemmArgs& g = p.args;
-  const auto d = download<unsigned char>(p.dd, p.d_bytes());
-  const auto aux =
-      f.aux ? download<unsigned char>(p.daux, p.aux_bytes()) : std::vector<unsigned char>{};
-  const float amax = download<float>(p.scalars, 16)[kAmaxAt / 4];
-  const double fp8_max = is_fp8(f.d) ? numerics::fp8_max(f.d) : 0.0;
-  std::size_t bad = 0, bad_aux = 0;
-  std::ostringstream first;
-  double want_amax = 0, amax_tol = 0, worst = 0;
-  for (std::int64_t i = 0; i < p.shape.m; ++i)
-    for (std::int64_t j = 0; j < p.shape.n; ++j) {
-      const std::size_t r = static_cast<std::size_t>(i * p.shape.n + j);
-      const double z = times * p.ref.pre[r];
-      const double acc = times * testing::kAccumulationEps * p.ref.abs_sum[r];
-      double want = z, tol = acc;
-      if (f.gelu) {
-        want = testing::gelu_tanh(z);
-        tol = testing::kGeluSlope * acc + 5e-4 * (1.0 + std::fabs(z));
-      }
-      want_amax = std::max(want_amax, std::fabs(want));
-      amax_tol = std::max(amax_tol, tol);
-      const double got = decode(f.d, &d[(i * g.ldd + j) * element_bytes(f.d)]);
-      double expect = want, limit = tol;
-      if (is_fp8(f.d)) {
-        expect = std::clamp(want * p.d_scale, -fp8_max, fp8_max);
-        limit = p.d_scale * tol;
-      }
-      limit += testing::output_rounding(f.d) * std::fabs(expect) + testing::output_floor(f.d);
-      const double err = std::fabs(got - expect);
-      worst = std::max(worst, err / limit);
-      if (!(err <= limit) && bad++ < 5)
-        first << "\n  D[" << i << "][" << j << "] = " << got << ", want " << expect << " +- "
-              << limit;
-      if (f.aux) {
-        const double a = decode(f.aux_type, &aux[(i * g.ld_aux + j) * element_bytes(f.aux_type)]);
-        const double aux_limit = acc + testing::output_rounding(f.aux_type) * std::fabs(z) +
-                                 testing::output_floor(f.aux_type);
-        if (!(std::fabs(a - z) <= aux_limit) && bad_aux++ < 5)
-          first << "\n  aux[" << i << "][" << j << "] = " << a << ", want " << z << " +- "
-                << aux_limit;
-      }
-    }
-  EXPECT_EQ(bad, 0u) << "of " << p.shape.m * p.shape.n << " elements" << first.str();
-  EXPECT_EQ(bad_aux, 0u) << first.str();
-  if (f.amax) {
-    EXPECT_NEAR(amax, want_amax, amax_tol) << "amax of D before d_scale";
-  }
-  // The margin, for whoever tunes the tolerance: 1.0 would be at the limit.
-  ::testing::Test::RecordProperty("worst_error_over_limit", std::to_string(worst));
-}
-
-void poison(Problem& p, CUstream stream) {
-  p.dd.fill(kPoison, stream);
-  if (p.form.aux) p.daux.fill(kPoison, stream);
-  // The amax slot only: the scales beside it are inputs.
-  FP8C_CU(driver().cuMemsetD8Async(p.scalars.get() + kAmaxAt, kPoison, 4, stream));
-}
-
 void run_and_check(Problem& p) {
-  SCOPED_TRACE(describe(p.form, p.shape));
-  std::string why;
-  ASSERT_TRUE(runner().supports(p.args, &why)) << why;
-  Stream stream;
-  poison(p, stream.get());
-  runner().run(p.args, stream.get());
-  stream.synchronize();
-  check(p);
+  gemm_test::run_and_check(runner(), p);
 }
 
 const Shape kSmall{128, 256, 512};
@@ -506,51 +297,6 @@ TEST(CublasLtGemmGpu, TwoStreamsAtOnce) {
   two.synchronize();
   check(p);
   check(q);
-}
-
-// 1x128 and 128x128 block scaling: scales uploaded in the layout cuBLASLt
-// reads (cublaslt_requirements.hpp), each element's value scaled by its block.
-// `tile_stride`: floats from one row of 128x128 blocks to the next (0: packed,
-// ceil(K / 128)).
-Problem make_block_problem(Scaling a_scaling, Scaling b_scaling, const Shape& s, std::uint32_t seed,
-                           std::int64_t tile_stride = 0) {
-  std::mt19937 rng(seed);
-  Problem p;
-  p.form = {std::string(to_string(a_scaling)) + " x " + std::string(to_string(b_scaling)) +
-                " -> bf16 + bias",
-            ElemType::e4m3, ElemType::e4m3, ElemType::bf16, true};
-  p.shape = s;
-  p.a = testing::random_matrix(ElemType::e4m3, s.m, s.k, s.k, 8.0, rng);
-  p.b = testing::random_matrix(ElemType::e4m3, s.n, s.k, s.k, 8.0, rng);
-  std::uniform_real_distribution<float> scale(0.002f, 0.02f);
-  const std::int64_t nb = (s.k + 127) / 128;
-  const std::int64_t stride = tile_stride ? tile_stride : nb;
-  const auto block_scales = [&](HostMatrix& m, Scaling scaling) {
-    const bool row = scaling == Scaling::block_1x128;
-    const std::int64_t rows = row ? m.rows : (m.rows + 127) / 128;
-    std::vector<float> scales(static_cast<std::size_t>(rows * (row ? nb : stride)));
-    for (float& x : scales) x = scale(rng);
-    // 1x128: K-block-major [nb][rows]; 128x128: [ceil(rows/128)][stride].
-    const auto at = [&](std::int64_t r, std::int64_t kb) {
-      return row ? scales[kb * rows + r] : scales[(r / 128) * stride + kb];
-    };
-    for (std::int64_t r = 0; r < m.rows; ++r)
-      for (std::int64_t c = 0; c < m.cols; ++c) m.values[r * m.cols + c] *= at(r, c / 128);
-    DeviceBuffer buffer(scales.size() * 4);
-    buffer.upload(scales.data(), scales.size() * 4);
-    return buffer;
-  };
-  p.a_scales = block_scales(p.a, a_scaling);
-  p.b_scales = block_scales(p.b, b_scaling);
-  finish(p, rng);
-  p.args.a.scaling = a_scaling;
-  p.args.a.scale_inv = p.a_scales.get();
-  p.args.a.scale_order = BlockScaleOrder::k_block_major;
-  p.args.b.scaling = b_scaling;
-  p.args.b.scale_inv = p.b_scales.get();
-  p.args.b.scale_order = BlockScaleOrder::k_block_major;
-  if (tile_stride) p.args.a.scale_stride = p.args.b.scale_stride = tile_stride;
-  return p;
 }
 
 TEST(CublasLtGemmGpu, BlockScaledForms) {

@@ -1,0 +1,304 @@
+// GPU benchmark of the generated FP8 GEMM against cuBLASLt (a benchmark, not
+// a test), on the issue's shapes, per-tensor (fast accumulation) and
+// 1x128 x 128x128 block-scaled, bf16 D. Follows the device METHOD: FLOPs
+// counted, each runner's D checked before timing (against a float64
+// reference on sampled elements, and the two runners against each other on
+// every element), warm-up, median of many runs timed with CUDA events,
+// operand sets rotated so that no run finds its inputs in L2.
+//
+//   build/bench/gemm_bench [--iters N] [--json FILE] [--only per_tensor|block]
+//                          [--shape MxNxK]...
+//
+// cuBLASLt here is fp8c's runner (runtime/gemm): the heuristic's first
+// algorithm, as the executor calls it. bench/gpu.sh also runs the peers'
+// cuBLASLt programs (best of the heuristic's top candidates) in the same call.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <vector>
+
+#include "codegen/numerics/fp8.hpp"
+#include "codegen/numerics/half.hpp"
+#include "runtime/device.hpp"
+#include "runtime/gemm/generated_gemm.hpp"
+
+using namespace fp8c;
+using namespace fp8c::runtime;
+
+namespace {
+
+struct Shape {
+  std::int64_t m, n, k;
+};
+
+struct Result {
+  std::string name;
+  Shape shape;
+  std::string config;
+  double ours_ms = 0, cublaslt_ms = 0;
+  double ours_tflops = 0, cublaslt_tflops = 0;
+  double max_error_over_limit = 0;
+  bool verified = false;
+};
+
+// Fast, reproducible random FP8 bytes: finite, magnitudes 2^-3..2^4 (e4m3),
+// either sign, about 1 in 64 zero.
+std::vector<unsigned char> random_fp8(std::size_t n, std::uint64_t seed) {
+  std::vector<unsigned char> v(n);
+  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& b : v) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    const unsigned r = static_cast<unsigned>(x >> 24);
+    b = (r & 63) == 0 ? 0 : static_cast<unsigned char>((r & 0x80) | (0x20 + (r >> 8) % 0x38));
+  }
+  return v;
+}
+
+std::vector<float> random_scales(std::size_t n, std::uint64_t seed) {
+  std::vector<float> v(n);
+  std::uint64_t x = seed + 12345;
+  for (auto& s : v) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    s = 0.002f + 0.018f * static_cast<float>((x >> 40) & 0xFFFF) / 65535.0f;
+  }
+  return v;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// One operand set on the device and on the host (for the reference).
+struct Operands {
+  std::vector<unsigned char> a, b;
+  std::vector<float> sa, sb;  // block scales (1x128 K-block-major, 128x128), or one each
+  DeviceBuffer da, db, dsa, dsb;
+};
+
+Operands make_operands(const Shape& s, bool block, std::uint64_t seed, bool keep_host) {
+  Operands o;
+  o.a = random_fp8(static_cast<std::size_t>(s.m * s.k), seed);
+  o.b = random_fp8(static_cast<std::size_t>(s.n * s.k), seed + 1);
+  const std::int64_t nb = (s.k + 127) / 128;
+  o.sa = random_scales(block ? static_cast<std::size_t>(nb * s.m) : 1, seed + 2);
+  o.sb = random_scales(block ? static_cast<std::size_t>(((s.n + 127) / 128) * nb) : 1, seed + 3);
+  o.da = DeviceBuffer(o.a.size());
+  o.da.upload(o.a.data(), o.a.size());
+  o.db = DeviceBuffer(o.b.size());
+  o.db.upload(o.b.data(), o.b.size());
+  o.dsa = DeviceBuffer(o.sa.size() * 4);
+  o.dsa.upload(o.sa.data(), o.sa.size() * 4);
+  o.dsb = DeviceBuffer(o.sb.size() * 4);
+  o.dsb.upload(o.sb.data(), o.sb.size() * 4);
+  if (!keep_host) {
+    o.a = {};
+    o.b = {};
+  }
+  return o;
+}
+
+GemmArgs args_for(const Shape& s, bool block, const Operands& o, CUdeviceptr d) {
+  GemmArgs g;
+  const Scaling sa = block ? Scaling::block_1x128 : Scaling::per_tensor;
+  const Scaling sb = block ? Scaling::block_128x128 : Scaling::per_tensor;
+  g.a = {o.da.get(), ElemType::e4m3, s.m, s.k, s.k, sa, o.dsa.get()};
+  g.a.scale_order = BlockScaleOrder::k_block_major;
+  g.b = {o.db.get(), ElemType::e4m3, s.n, s.k, s.k, sb, o.dsb.get()};
+  g.d = d;
+  g.d_type = ElemType::bf16;
+  g.ldd = s.n;
+  g.fast_accumulate = !block;
+  return g;
+}
+
+// D[i][j] in float64 from the operands as stored, and sum |a b| for the bound.
+void reference(const Shape& s, bool block, const Operands& o, std::int64_t i, std::int64_t j,
+               double* value, double* abs_sum) {
+  const std::int64_t nb = (s.k + 127) / 128;
+  double sum = 0, mag = 0;
+  for (std::int64_t kb = 0; kb < nb; ++kb) {
+    double part = 0, part_mag = 0;
+    for (std::int64_t q = kb * 128; q < std::min(s.k, (kb + 1) * 128); ++q) {
+      const double x = numerics::fp8_to_float(o.a[i * s.k + q], ElemType::e4m3);
+      const double y = numerics::fp8_to_float(o.b[j * s.k + q], ElemType::e4m3);
+      part += x * y;
+      part_mag += std::fabs(x * y);
+    }
+    const double scale =
+        block ? double(o.sa[kb * s.m + i]) * o.sb[(j / 128) * nb + kb] : double(o.sa[0]) * o.sb[0];
+    sum += part * scale;
+    mag += part_mag * std::fabs(scale);
+  }
+  *value = sum;
+  *abs_sum = mag;
+}
+
+std::vector<std::uint16_t> download_d(const DeviceBuffer& d) {
+  std::vector<std::uint16_t> h(d.bytes() / 2);
+  d.download(h.data(), d.bytes());
+  return h;
+}
+
+Result run_case(GemmRunner& ours, GemmRunner& cublaslt, GeneratedGemmRunner& generated,
+                const Shape& s, bool block, int iters) {
+  Result r;
+  r.name = std::string(block ? "block_1x128_128x128" : "per_tensor_fast") + "_" +
+           std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+  r.shape = s;
+  Stream stream;
+  // Enough operand sets that one pass over them is over twice the 60 MB L2.
+  const double set_bytes = double(s.m + s.n) * s.k;
+  const int sets = std::clamp(static_cast<int>(std::ceil(120e6 / set_bytes)), 1, 8);
+  std::vector<Operands> operands;
+  for (int i = 0; i < sets; ++i) operands.push_back(make_operands(s, block, 7 + 11 * i, i == 0));
+  DeviceBuffer d_ours(static_cast<std::size_t>(s.m * s.n) * 2);
+  DeviceBuffer d_lt(static_cast<std::size_t>(s.m * s.n) * 2);
+  const GemmArgs check_ours = args_for(s, block, operands[0], d_ours.get());
+  const GemmArgs check_lt = args_for(s, block, operands[0], d_lt.get());
+  r.config = generated.choice(check_ours).kernel.name() + " on " +
+             std::to_string(generated.launch_ctas(check_ours)) + " CTAs";
+  std::string why;
+  if (!ours.supports(check_ours, &why)) throw std::runtime_error("generated GEMM refuses: " + why);
+  if (!cublaslt.supports(check_lt, &why)) throw std::runtime_error("cuBLASLt refuses: " + why);
+
+  // Check: sampled elements against float64; every element against cuBLASLt.
+  d_ours.fill(0xFF, stream.get());
+  d_lt.fill(0xFF, stream.get());
+  ours.run(check_ours, stream.get());
+  cublaslt.run(check_lt, stream.get());
+  stream.synchronize();
+  const auto got = download_d(d_ours), lt = download_d(d_lt);
+  bool ok = true;
+  double worst = 0;
+  for (int t = 0; t < 256; ++t) {
+    const std::int64_t i = (t * 7919ll) % s.m, j = (t * 104729ll + t / 3) % s.n;
+    double want, mag;
+    reference(s, block, operands[0], i, j, &want, &mag);
+    const double have = numerics::bf16_to_float(got[i * s.n + j]);
+    const double limit = mag / 4096 + std::fabs(want) / 128;
+    worst = std::max(worst, std::fabs(have - want) / limit);
+  }
+  double rms = 0;
+  for (auto x : lt) rms += double(numerics::bf16_to_float(x)) * numerics::bf16_to_float(x);
+  rms = std::sqrt(rms / lt.size());
+  std::size_t differ = 0;
+  for (std::size_t e = 0; e < got.size(); ++e) {
+    const double x = numerics::bf16_to_float(got[e]), y = numerics::bf16_to_float(lt[e]);
+    // Two summation orders and two roundings to bf16 apart; a misplaced
+    // element or a wrong scale is off by about rms.
+    if (!(std::fabs(x - y) <= std::fabs(y) / 64 + rms / 16)) ++differ;
+  }
+  ok = worst <= 1.0 && differ == 0;
+  r.max_error_over_limit = worst;
+  r.verified = ok;
+  if (!ok)
+    std::cerr << r.name << ": CHECK FAILED (worst sampled error " << worst << " x its limit, "
+              << differ << " elements differ from cuBLASLt)\n";
+
+  const auto time = [&](GemmRunner& runner, DeviceBuffer& d) {
+    std::vector<GemmArgs> all;
+    for (const auto& o : operands) all.push_back(args_for(s, block, o, d.get()));
+    for (int w = 0; w < 5; ++w) runner.run(all[w % sets], stream.get());
+    std::vector<double> ms;
+    for (int it = 0; it < iters; ++it) {
+      Event start, stop;
+      start.record(stream.get());
+      runner.run(all[it % sets], stream.get());
+      stop.record(stream.get());
+      stop.synchronize();
+      ms.push_back(stop.since(start));
+    }
+    return median(ms);
+  };
+  r.ours_ms = time(ours, d_ours);
+  r.cublaslt_ms = time(cublaslt, d_lt);
+  const double flops = 2.0 * s.m * s.n * s.k;
+  r.ours_tflops = flops / (r.ours_ms * 1e-3) / 1e12;
+  r.cublaslt_tflops = flops / (r.cublaslt_ms * 1e-3) / 1e12;
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int iters = 30;
+  std::string json, only;
+  std::vector<Shape> shapes;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--iters" && i + 1 < argc) {
+      iters = std::atoi(argv[++i]);
+    } else if (a == "--json" && i + 1 < argc) {
+      json = argv[++i];
+    } else if (a == "--only" && i + 1 < argc) {
+      only = argv[++i];
+    } else if (a == "--shape" && i + 1 < argc) {
+      Shape s{};
+      if (std::sscanf(argv[++i], "%ldx%ldx%ld", &s.m, &s.n, &s.k) != 3) {
+        std::cerr << "--shape takes MxNxK\n";
+        return 2;
+      }
+      shapes.push_back(s);
+    } else {
+      std::cerr << "usage: gemm_bench [--iters N] [--json FILE] [--only per_tensor|block] "
+                   "[--shape MxNxK]...\n";
+      return 2;
+    }
+  }
+  if (shapes.empty())
+    shapes = {{8192, 8192, 8192}, {16384, 8192, 8192}, {16384, 28672, 8192}, {16384, 8192, 28672},
+              {4096, 4096, 4096}, {2048, 8192, 8192},  {4096, 7168, 16384}};
+  try {
+    Device device(0);
+    const auto cache_dir = std::filesystem::temp_directory_path() / "fp8c-gemm-bench-cache";
+    const Jit jit(device.arch(), CubinCache(cache_dir.string()));
+    auto generated = make_generated_gemm_runner(jit);
+    auto cublaslt = make_cublaslt_runner();
+    std::vector<Result> results;
+    bool all_ok = true;
+    for (bool block : {false, true}) {
+      if (!only.empty() && only != (block ? "block" : "per_tensor")) continue;
+      for (const Shape& s : shapes) {
+        Result r = run_case(*generated, *cublaslt, *generated, s, block, iters);
+        all_ok = all_ok && r.verified;
+        std::printf("%-36s %-54s ours %8.3f ms %7.1f TFLOP/s | cuBLASLt %8.3f ms %7.1f | %.3fx%s\n",
+                    r.name.c_str(), r.config.c_str(), r.ours_ms, r.ours_tflops, r.cublaslt_ms,
+                    r.cublaslt_tflops, r.cublaslt_ms / r.ours_ms, r.verified ? "" : "  UNVERIFIED");
+        std::fflush(stdout);
+        results.push_back(r);
+      }
+    }
+    if (!json.empty()) {
+      std::ofstream out(json);
+      out << "{\n  \"gpu\": \"" << device.name() << "\",\n  \"iters\": " << iters
+          << ",\n  \"cases\": [\n";
+      for (std::size_t i = 0; i < results.size(); ++i) {
+        const Result& r = results[i];
+        out << "    {\"name\": \"" << r.name << "\", \"m\": " << r.shape.m
+            << ", \"n\": " << r.shape.n << ", \"k\": " << r.shape.k << ", \"config\": \""
+            << r.config << "\", \"ours_ms\": " << r.ours_ms
+            << ", \"ours_tflops\": " << r.ours_tflops
+            << ", \"peer\": \"cublaslt (fp8c runner, heuristic first)\", \"peer_ms\": "
+            << r.cublaslt_ms << ", \"peer_tflops\": " << r.cublaslt_tflops
+            << ", \"ratio\": " << r.cublaslt_ms / r.ours_ms
+            << ", \"max_sampled_error_over_limit\": " << r.max_error_over_limit
+            << ", \"verified\": " << (r.verified ? "true" : "false") << "}"
+            << (i + 1 < results.size() ? "," : "") << "\n";
+      }
+      out << "  ]\n}\n";
+    }
+    return all_ok ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::cerr << "gemm_bench: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,77 @@
+// How long the generated FP8 GEMM takes to JIT (a benchmark, not a test; no
+// GPU needed): every configuration the heuristic picks for the GEMM
+// benchmark's shapes, compiled cold with NVRTC (no cubin cache), one at a
+// time, median of 3 compiles each. Run it on the machine class that matters
+// (CI's 2 cores) with nothing else running.
+//
+//   build/bench/gemm_compile_bench [--json FILE] [--sms N]
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "codegen/kernels/fp8_gemm_heuristic.hpp"
+#include "runtime/nvrtc.hpp"
+
+using namespace fp8c;
+
+int main(int argc, char** argv) {
+  std::string json;
+  int sms = 132;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--json" && i + 1 < argc) {
+      json = argv[++i];
+    } else if (a == "--sms" && i + 1 < argc) {
+      sms = std::atoi(argv[++i]);
+    } else {
+      std::cerr << "usage: gemm_compile_bench [--json FILE] [--sms N]\n";
+      return 2;
+    }
+  }
+  const std::int64_t shapes[][3] = {{8192, 8192, 8192},   {16384, 8192, 8192}, {16384, 28672, 8192},
+                                    {16384, 8192, 28672}, {4096, 4096, 4096},  {2048, 8192, 8192},
+                                    {4096, 7168, 16384}};
+  std::vector<Fp8GemmKernel> kernels;
+  std::set<std::string> seen;
+  for (bool block : {false, true})
+    for (const auto& s : shapes) {
+      Fp8GemmKernel form;
+      form.fast_accumulate = !block;
+      form.a_scale_rows = block ? 1 : 0;
+      form.b_scale_rows = block ? 128 : 0;
+      const Fp8GemmKernel k = choose_fp8_gemm({s[0], s[1], s[2], form}, sms).kernel;
+      if (seen.insert(k.name()).second) kernels.push_back(k);
+    }
+  try {
+    std::ofstream out;
+    if (!json.empty()) out.open(json);
+    if (out) out << "{\n  \"benchmark\": \"gemm_compile\",\n  \"cases\": [\n";
+    for (std::size_t i = 0; i < kernels.size(); ++i) {
+      const KernelSource src = emit_cuda(kernels[i]);
+      std::vector<double> ms;
+      int registers = 0;
+      for (int r = 0; r < 3; ++r) {
+        const auto o =
+            runtime::compile_to_cubin(src.source, src.name, src.entry, "sm_90a", src.options);
+        ms.push_back(o.milliseconds);
+        registers = o.registers;
+      }
+      std::sort(ms.begin(), ms.end());
+      std::printf("%-48s %7.1f ms (min %.1f), %d registers\n", src.name.c_str(), ms[1], ms[0],
+                  registers);
+      if (out)
+        out << "    {\"name\": \"" << src.name << "\", \"median_ms\": " << ms[1]
+            << ", \"min_ms\": " << ms[0] << ", \"registers\": " << registers << "}"
+            << (i + 1 < kernels.size() ? "," : "") << "\n";
+    }
+    if (out) out << "  ]\n}\n";
+  } catch (const std::exception& e) {
+    std::cerr << "gemm_compile_bench: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

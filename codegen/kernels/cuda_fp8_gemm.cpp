@@ -1,0 +1,114 @@
+// CUDA source of one Fp8GemmKernel configuration: the shared parameter
+// struct, the configuration's constants, its wgmma instruction, then the
+// device code of fp8_gemm_sm90.cuh, all as NVRTC receives them.
+#include <sstream>
+#include <stdexcept>
+
+#include "codegen/kernels/device/device_sources.hpp"
+#include "codegen/kernels/fp8_gemm.hpp"
+
+namespace fp8c {
+namespace {
+
+constexpr std::size_t kBarrierBytes = 256;  // 2 x stages mbarriers, 8 bytes each, rounded up
+
+std::string ptx_type(ElemType t) {
+  return t == ElemType::e4m3 ? "e4m3" : "e5m2";
+}
+
+int out_code(ElemType d) {
+  return d == ElemType::bf16 ? 0 : d == ElemType::fp16 ? 1 : 2;
+}
+
+// wgmma m64 x n x k32 with fp32 accumulators: n / 2 registers a thread, one
+// asm operand each, which is why this is written per tile width rather than
+// in the header.
+std::string wgmma_wrapper(int n, ElemType a, ElemType b) {
+  const int regs = n / 2;
+  std::ostringstream s;
+  s << "namespace fp8c_gemm {\n"
+    << "__device__ __forceinline__ void wgmma_m64k32(float (&d)[" << regs
+    << "], unsigned long long a, unsigned long long b, int accumulate) {\n"
+    << "  asm volatile(\n"
+    << "      \"{\\n .reg .pred p;\\n setp.ne.b32 p, %" << regs + 2 << ", 0;\\n\"\n"
+    << "      \" wgmma.mma_async.sync.aligned.m64n" << n << "k32.f32." << ptx_type(a) << "."
+    << ptx_type(b) << " {";
+  for (int i = 0; i < regs; ++i) s << (i ? ", " : "") << "%" << i;
+  s << "}, %" << regs << ", %" << regs + 1 << ", p, 1, 1;\\n}\"\n      : ";
+  for (int i = 0; i < regs; ++i) s << (i ? ", " : "") << "\"+f\"(d[" << i << "])";
+  s << "\n      : \"l\"(a), \"l\"(b), \"r\"(accumulate));\n}\n}  // namespace fp8c_gemm\n";
+  return s.str();
+}
+
+}  // namespace
+
+std::size_t Fp8GemmKernel::shared_bytes() const {
+  // Per stage: the A and B tiles (128 bytes of K a row), and when
+  // block-scaled the tile's row and column scales (fp8_gemm_sm90.cuh).
+  const std::size_t scale_floats = block_scaled() ? block_m + block_n : 0;
+  return static_cast<std::size_t>(stages) * (128 * (block_m + block_n) + 4 * scale_floats) +
+         kBarrierBytes + 1024;
+}
+
+std::string Fp8GemmKernel::name() const {
+  std::ostringstream s;
+  s << "fp8_gemm_" << ptx_type(a) << "_" << ptx_type(b) << "_" << to_string(d) << "_";
+  if (block_scaled())
+    s << "b" << a_scale_rows << "x" << b_scale_rows;
+  else
+    s << (fast_accumulate ? "pt_fast" : "pt");
+  s << "_" << block_m << "x" << block_n << "_s" << stages;
+  if (cluster_m > 1) s << "_c" << cluster_m;
+  return s.str();
+}
+
+std::string fp8_gemm_problem(const Fp8GemmKernel& k) {
+  if (!is_fp8(k.a) || !is_fp8(k.b)) return "operands must be e4m3 or e5m2";
+  if (k.d != ElemType::bf16 && k.d != ElemType::fp16 && k.d != ElemType::fp32)
+    return "D must be bf16, fp16 or fp32, not " + std::string(to_string(k.d));
+  const auto scale_ok = [](int r) { return r == 0 || r == 1 || r == 128; };
+  if (!scale_ok(k.a_scale_rows) || !scale_ok(k.b_scale_rows))
+    return "scale rows must be 0 (per tensor), 1 (1x128) or 128 (128x128)";
+  if ((k.a_scale_rows == 0) != (k.b_scale_rows == 0))
+    return "operands must both be per-tensor or both block-scaled";
+  if (k.block_scaled() && k.fast_accumulate)
+    return "block scaling promotes every 128 K; fast accumulation is per-tensor only";
+  if (k.block_m != 64 && k.block_m != 128) return "block_m must be 64 or 128";
+  if (k.block_n < 16 || k.block_n > 256 || k.block_n % 16 != 0)
+    return "block_n must be a multiple of 16 in [16, 256]";
+  // Accumulators per math thread: block_n / 2, twice when promoting, out of
+  // the 232 registers setmaxnreg gives them.
+  if (k.promotes() && k.block_n > 160)
+    return "block_n above 160 leaves too few registers for promotion";
+  if (k.stages < 2 || k.stages > 16) return "stages must be 2 to 16";
+  if (k.cluster_m != 1 && k.cluster_m != 2) return "cluster_m must be 1 or 2";
+  // Each CTA of a cluster loads block_n / cluster_m rows of B, at a
+  // 1024-byte (8-row) boundary of the swizzle.
+  if (k.block_n % (8 * k.cluster_m) != 0) return "block_n / cluster_m must be a multiple of 8";
+  if (k.shared_bytes() > kSm90SharedBytes)
+    return "needs " + std::to_string(k.shared_bytes()) + " bytes of shared memory, more than " +
+           std::to_string(kSm90SharedBytes);
+  return {};
+}
+
+KernelSource emit_cuda(const Fp8GemmKernel& k) {
+  if (const std::string why = fp8_gemm_problem(k); !why.empty())
+    throw std::invalid_argument("fp8 gemm " + k.name() + ": " + why);
+  std::ostringstream s;
+  s << device_source::fp8_gemm_params_h << "\n"
+    << "namespace fp8c_gemm {\n"
+    << "constexpr int kBlockM = " << k.block_m << ";\n"
+    << "constexpr int kBlockN = " << k.block_n << ";\n"
+    << "constexpr int kStages = " << k.stages << ";\n"
+    << "constexpr int kAScaleRows = " << k.a_scale_rows << ";\n"
+    << "constexpr int kBScaleRows = " << k.b_scale_rows << ";\n"
+    << "constexpr bool kPromote = " << (k.promotes() ? "true" : "false") << ";\n"
+    << "constexpr int kOut = " << out_code(k.d) << ";  // 0 bf16, 1 fp16, 2 fp32\n"
+    << "constexpr int kClusterM = " << k.cluster_m << ";\n"
+    << "}  // namespace fp8c_gemm\n"
+    << wgmma_wrapper(k.block_n, k.a, k.b) << "#define FP8C_GEMM_ENTRY " << k.name() << "\n"
+    << device_source::fp8_gemm_sm90_cuh << "\n#undef FP8C_GEMM_ENTRY\n";
+  return {k.name(), k.name(), s.str(), {}};
+}
+
+}  // namespace fp8c

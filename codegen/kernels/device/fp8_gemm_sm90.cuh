@@ -1,0 +1,500 @@
+// The generated FP8 GEMM for sm_90a: D = A . B^T with both operands FP8 and
+// K innermost, fp32 accumulation, bf16/fp16/fp32 D.
+//
+// Compiled by NVRTC only, after a prefix that codegen/kernels/cuda_fp8_gemm.cpp
+// writes: fp8_gemm_params.h, the configuration constants (kBlockM, kBlockN,
+// kStages, kAScaleRows, kBScaleRows, kPromote, kOut, kClusterM), the wgmma wrapper
+// wgmma_m64k32() for this kBlockN and type pair, and FP8C_GEMM_ENTRY.
+//
+// Shape of the kernel:
+//  - persistent: one CTA per SM walks tiles blockIdx.x, + gridDim.x, ...;
+//  - warp-specialized: warpgroups 0..kConsumers-1 compute (64 rows of the
+//    tile each), the last warpgroup loads; registers move from the loader to
+//    the math warpgroups with setmaxnreg;
+//  - the loader's one thread TMA-loads 128-byte-wide K slices of A and B into
+//    a kStages-deep ring in shared memory (128-byte swizzle, the layout wgmma
+//    reads), signalling a "full" mbarrier with the bytes it expects; the math
+//    warpgroups release a slot through its "empty" mbarrier once their wgmmas
+//    have read it;
+//  - per 128 K, 4 x wgmma m64 x kBlockN x k32.
+//    kPromote == false (per-tensor, fast accumulation): one accumulator for
+//    all of K inside the tensor cores, one wgmma group kept in flight;
+//    kPromote == true: each 128 K lands in a fresh partial accumulator that
+//    is added into the fp32 total times the two operands' scales for that K
+//    block (block scaling), or times 1 (per-tensor, precise accumulation).
+//    Hopper's FP8 tensor cores keep about 14 bits while they accumulate;
+//    the promotion bounds that error to one 128-long dot product.
+//    Block scales travel with their stage: a second loader warp copies the
+//    tile's scales for each K block from global memory into the stage's
+//    scale slots (cp.async) and arrives on the same "full" barrier when they
+//    land, running as far ahead as the ring does, so the math warpgroups
+//    find them in shared memory.
+//  - kClusterM == 2: CTAs run in clusters of two that take vertically
+//    adjacent tiles (rows 2i and 2i+1 of tiles, the same column), so they
+//    share the B tile: each loads half of it and multicasts it to both, which
+//    cuts the L2 traffic per MMA by a third at 128 x 256. A slot is then only
+//    free once both CTAs' math warps have released it: they arrive on their
+//    own and their peer's "empty" barrier. When the tile rows are odd, the
+//    last cluster's second tile lies below M: TMA reads zeros and the
+//    epilogue stores nothing.
+//  - epilogue: registers straight to global memory, bounds-checked, while the
+//    loader already fetches the next tile.
+// TMA zero-fills what lies outside A and B, so M, N and K need not be tile
+// multiples (K a multiple of 16: TMA's stride rule).
+
+namespace fp8c_gemm {
+
+constexpr int kConsumers = kBlockM / 64;
+constexpr int kThreads = 128 * (kConsumers + 1);
+constexpr int kBlockK = 128;  // bytes: one 128-byte swizzle row
+constexpr int kATileBytes = kBlockM * kBlockK;
+constexpr int kBTileBytes = kBlockN * kBlockK;
+constexpr int kAccumulators = kBlockN / 2;  // per thread, for m64 x kBlockN
+constexpr bool kBlockScaled = kAScaleRows != 0;
+// Per stage, block-scaled only: the tile's A row scales and B column scales.
+constexpr int kScaleSlotFloats = kBlockScaled ? kBlockM + kBlockN : 0;
+// Arrivals that complete a "full" barrier: the TMA thread's, and every lane
+// of the scale warp's.
+constexpr unsigned kFullArrivals = kBlockScaled ? 33 : 1;
+// Registers per thread after setmaxnreg. The CTA's pool is what it was
+// launched with (168 a thread for three warpgroups: 64512), and an increase
+// waits until the pool has the registers, so the split must fit in it:
+// 40 x 128 + 232 x 256 = 64512. The scale warp's copy loop spills at 40,
+// so block-scaled kernels split 56 x 128 + 224 x 256 = 64512.
+constexpr int kLoaderRegisters = kBlockScaled ? 56 : 40;
+constexpr int kMathRegisters = kBlockScaled ? 224 : 232;
+static_assert(kLoaderRegisters * 128 + kMathRegisters * 128 * kConsumers <= 168 * 384,
+              "the register split must fit the pool of the launch");
+
+static_assert(kBlockM == 64 || kBlockM == 128, "one or two math warpgroups");
+static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs");
+// Rows of the B tile each CTA of a cluster loads (and multicasts).
+constexpr int kBLoadRows = kBlockN / kClusterM;
+constexpr int kBLoadBytes = kBLoadRows * kBlockK;
+static_assert(kBlockN % 16 == 0 && kBlockN >= 16 && kBlockN <= 256, "wgmma N");
+static_assert(kBlockScaled == (kBScaleRows != 0), "both operands block-scaled, or neither");
+static_assert(!kBlockScaled || kPromote, "block scales need promotion");
+
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// ---- mbarriers -------------------------------------------------------------
+
+__device__ __forceinline__ void barrier_init(unsigned long long* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bar)), "r"(count));
+}
+
+__device__ __forceinline__ void barrier_expect_bytes(unsigned long long* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)),
+               "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void barrier_arrive(unsigned long long* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(bar)) : "memory");
+}
+
+// Waits until the barrier's phase of parity `parity` has completed. A fresh
+// barrier is in phase 0, so waiting for parity 1 passes at once: that is how
+// the loader finds every slot empty on its first lap.
+__device__ __forceinline__ void barrier_wait(unsigned long long* bar, unsigned parity) {
+  const unsigned address = shared_address(bar);
+  unsigned done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n .reg .pred p;\n"
+        " mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(address), "r"(parity)
+        : "memory");
+  }
+}
+
+// ---- clusters ----------------------------------------------------------------
+
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
+}
+
+// Every thread of every CTA of the cluster; orders shared-memory work before
+// it with the peers' after it.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile(
+      "barrier.cluster.arrive.release.aligned;\n"
+      "barrier.cluster.wait.acquire.aligned;" ::
+          : "memory");
+}
+
+// Arrives on the barrier at the same place in CTA `rank`'s shared memory.
+__device__ __forceinline__ void barrier_arrive_in(unsigned long long* bar, unsigned rank) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote)
+               : "r"(shared_address(bar)), "r"(rank));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote)
+               : "memory");
+}
+
+// ---- TMA -------------------------------------------------------------------
+
+__device__ __forceinline__ void tma_prefetch(const TmaDescriptor* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(map))
+               : "memory");
+}
+
+// Box at (inner, outer) of `map` into shared memory at `dst`; its bytes count
+// towards `bar`'s expected transaction.
+__device__ __forceinline__ void tma_load(void* dst, const TmaDescriptor* map,
+                                         unsigned long long* bar, int inner, int outer) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];" ::"r"(shared_address(dst)),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(shared_address(bar)), "r"(inner),
+      "r"(outer)
+      : "memory");
+}
+
+// The same box into shared memory at `dst` in every CTA of `mask`, each
+// CTA's `bar` (same offset) counting the bytes it receives.
+__device__ __forceinline__ void tma_load_multicast(void* dst, const TmaDescriptor* map,
+                                                   unsigned long long* bar, int inner, int outer,
+                                                   unsigned short mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(shared_address(dst)),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(shared_address(bar)), "r"(inner),
+      "r"(outer), "h"(mask)
+      : "memory");
+}
+
+// ---- wgmma -----------------------------------------------------------------
+
+// Shared memory matrix descriptor for a K-major tile of 128-byte rows in the
+// 128-byte swizzle: 8-row atoms 1024 bytes apart (stride byte offset); the
+// leading byte offset is unused in this layout. Advancing K by 32 bytes
+// inside the swizzled row adds 2 to the start address field.
+__device__ __forceinline__ unsigned long long tile_descriptor(const void* tile) {
+  const unsigned long long start = (shared_address(tile) & 0x3FFFF) >> 4;
+  return start | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int Pending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(Pending) : "memory");
+}
+// Keeps the compiler from moving accumulator reads and writes across the
+// asynchronous wgmmas that own them.
+__device__ __forceinline__ void pin(float (&acc)[kAccumulators]) {
+#pragma unroll
+  for (int i = 0; i < kAccumulators; ++i) asm volatile("" : "+f"(acc[i])::"memory");
+}
+
+// 128 K of one math warpgroup's 64 x kBlockN tile; `accumulate` false: the
+// first wgmma overwrites acc.
+__device__ __forceinline__ void wgmma_block(float (&acc)[kAccumulators], unsigned long long a,
+                                            unsigned long long b, bool accumulate) {
+  pin(acc);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kBlockK / 32; ++kk)
+    wgmma_m64k32(acc, a + 2 * kk, b + 2 * kk, (accumulate || kk > 0) ? 1 : 0);
+  wgmma_commit();
+  pin(acc);
+}
+
+// ---- the tile walk ---------------------------------------------------------
+
+struct Tile {
+  int m;  // tile row
+  int n;  // tile column
+};
+
+// Groups of `group` tile rows are walked column by column, so CTAs running at
+// the same time share their B tiles and a few A tiles in L2.
+__device__ __forceinline__ Tile tile_at(int index, int tiles_m, int tiles_n, int group) {
+  const int per_group = group * tiles_n;
+  const int first = (index / per_group) * group;
+  const int rows = min(group, tiles_m - first);
+  const int at = index % per_group;
+  return {first + at % rows, at / rows};
+}
+
+// ---- epilogue --------------------------------------------------------------
+
+__device__ __forceinline__ void store_pair(unsigned long long d, long long at, float x, float y,
+                                           bool both) {
+  if (kOut == 2) {
+    float* out = reinterpret_cast<float*>(d) + at;
+    if (both)
+      *reinterpret_cast<float2*>(out) = make_float2(x, y);
+    else
+      out[0] = x;
+    return;
+  }
+  unsigned packed;
+  if (kOut == 0)
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(y), "f"(x));
+  else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(y), "f"(x));
+  unsigned short* out = reinterpret_cast<unsigned short*>(d) + at;
+  if (both)
+    *reinterpret_cast<unsigned*>(out) = packed;
+  else
+    out[0] = static_cast<unsigned short>(packed & 0xFFFF);
+}
+
+// ---- block scales ----------------------------------------------------------
+
+// Starts copying the block scale of row (or column) `r` in K block `kb` to
+// shared memory at `dst`; zero outside the operand (whose products are zero
+// anyway: TMA's fill), without reading there.
+__device__ __forceinline__ void copy_scale(float* dst, unsigned long long base, int rows_per_scale,
+                                           long long row_stride, long long kblock_stride, int r,
+                                           int rows, int kb) {
+  const bool inside = r < rows;
+  const float* src = reinterpret_cast<const float*>(base) +
+                     (inside ? (r / rows_per_scale) * row_stride + kb * kblock_stride : 0);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(shared_address(dst)), "l"(src),
+               "r"(inside ? 4 : 0)
+               : "memory");
+}
+
+// One arrival on `bar` once every copy this thread started has landed (the
+// barrier counts it among its expected arrivals: .noinc).
+__device__ __forceinline__ void barrier_arrive_on_copies(unsigned long long* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(shared_address(bar))
+               : "memory");
+}
+
+// Columns of D one thread holds: 8j + 2 * (lane % 4) + {0, 1}, j < kBlockN / 8.
+constexpr int kThreadColumns = kBlockN / 4;
+// 128x128 B blocks that a tile never straddles: one scale per K block.
+constexpr bool kUniformBScale = kBScaleRows == 128 && (128 % kBlockN == 0);
+
+}  // namespace fp8c_gemm
+
+namespace fp8c_gemm {
+
+// The math warpgroups: wait for a stage, run its wgmmas, release it, and at
+// the end of each tile store D.
+__device__ __forceinline__ void consume(const Fp8GemmParams& p, const unsigned char* a_tiles,
+                                        const unsigned char* b_tiles, const float* scale_slots,
+                                        unsigned long long* full, unsigned long long* empty,
+                                        int tiles_m, int tiles_n, int tiles, int kblocks,
+                                        int first_tile, int tile_stride, unsigned rank) {
+  const int warpgroup = threadIdx.x / 128;
+  const int warp = (threadIdx.x / 32) % 4;
+  const int lane = threadIdx.x % 32;
+  const bool releases = lane == 0;
+  const unsigned char* a_slice = a_tiles + warpgroup * 64 * kBlockK;  // this warpgroup's rows
+
+  float acc[kAccumulators];
+  float part[kAccumulators];
+  float a_per_tensor = 1.0f, b_per_tensor = 1.0f;
+  if (!kBlockScaled) {
+    a_per_tensor = *reinterpret_cast<const float*>(p.a_scale);
+    b_per_tensor = *reinterpret_cast<const float*>(p.b_scale);
+  }
+
+  // A slot read by this CTA's wgmmas is free for the loaders of every CTA
+  // that writes into it: this one's, and with clusters its peer's.
+  const auto release = [&](int s) {
+    if (!releases) return;
+    barrier_arrive(&empty[s]);
+    if (kClusterM > 1) barrier_arrive_in(&empty[s], rank ^ 1);
+  };
+
+  unsigned step = 0;
+  for (int index = first_tile; index < tiles; index += tile_stride) {
+    const Tile tile = tile_at(index, tiles_m, tiles_n, p.tile_group);
+    const int row0 = (tile.m * kClusterM + rank) * kBlockM + warpgroup * 64 + warp * 16 + lane / 4;
+    const int row1 = row0 + 8;
+    const int col0 = tile.n * kBlockN + 2 * (lane % 4);
+
+    if (!kPromote) {
+      int pending = -1;  // the slot the last wgmma group may still be reading
+      for (int kb = 0; kb < kblocks; ++kb, ++step) {
+        const int s = step % kStages;
+        barrier_wait(&full[s], (step / kStages) & 1);
+        wgmma_block(acc, tile_descriptor(a_slice + s * kATileBytes),
+                    tile_descriptor(b_tiles + s * kBTileBytes), kb > 0);
+        wgmma_wait<1>();
+        pin(acc);
+        if (pending >= 0) release(pending);
+        pending = s;
+      }
+      wgmma_wait<0>();
+      pin(acc);
+      if (pending >= 0) release(pending);
+      const float alpha = a_per_tensor * b_per_tensor;
+#pragma unroll
+      for (int i = 0; i < kAccumulators; ++i) acc[i] *= alpha;
+    } else {
+#pragma unroll
+      for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
+      for (int kb = 0; kb < kblocks; ++kb, ++step) {
+        const int s = step % kStages;
+        barrier_wait(&full[s], (step / kStages) & 1);
+        // This K block's scales, out of the stage before it is released.
+        float sa0 = a_per_tensor, sa1 = a_per_tensor, sb_uniform = b_per_tensor;
+        float sb[kBlockScaled && !kUniformBScale ? kThreadColumns : 1];
+        if (kBlockScaled) {
+          const float* slot = scale_slots + s * kScaleSlotFloats;
+          const int r = warpgroup * 64 + warp * 16 + lane / 4;
+          sa0 = slot[r];
+          sa1 = slot[r + 8];
+          if (kUniformBScale) {
+            sb_uniform = slot[kBlockM];
+          } else {
+#pragma unroll
+            for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+              for (int h = 0; h < 2; ++h)
+                sb[2 * j + h] = slot[kBlockM + 8 * j + 2 * (lane % 4) + h];
+          }
+        }
+        wgmma_block(part, tile_descriptor(a_slice + s * kATileBytes),
+                    tile_descriptor(b_tiles + s * kBTileBytes), false);
+        wgmma_wait<0>();
+        pin(part);
+        release(s);
+        // part[4j + 2h + c] is row (h ? row1 : row0), column col0 + 8j + c.
+        if (kBlockScaled && !kUniformBScale) {
+#pragma unroll
+          for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              acc[4 * j + c] += part[4 * j + c] * (sa0 * sb[2 * j + c]);
+              acc[4 * j + 2 + c] += part[4 * j + 2 + c] * (sa1 * sb[2 * j + c]);
+            }
+        } else {
+          const float s0 = sa0 * sb_uniform, s1 = sa1 * sb_uniform;
+#pragma unroll
+          for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              acc[4 * j + c] += part[4 * j + c] * s0;
+              acc[4 * j + 2 + c] += part[4 * j + 2 + c] * s1;
+            }
+        }
+      }
+    }
+
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+      const int col = col0 + 8 * j;
+      if (col >= p.n) continue;
+      const bool both = col + 1 < p.n;
+      if (row0 < p.m) store_pair(p.d, row0 * p.ldd + col, acc[4 * j], acc[4 * j + 1], both);
+      if (row1 < p.m) store_pair(p.d, row1 * p.ldd + col, acc[4 * j + 2], acc[4 * j + 3], both);
+    }
+  }
+}
+
+}  // namespace fp8c_gemm
+
+extern "C" __global__ void __launch_bounds__(fp8c_gemm::kThreads, 1)
+    FP8C_GEMM_ENTRY(const __grid_constant__ fp8c_gemm::Fp8GemmParams p) {
+  using namespace fp8c_gemm;
+  extern __shared__ unsigned char shared_raw[];
+  // The 128-byte swizzle repeats every 1024 bytes: tiles start on that grid.
+  unsigned char* shared = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<unsigned long long>(shared_raw) + 1023) & ~1023ull);
+  unsigned char* a_tiles = shared;
+  unsigned char* b_tiles = a_tiles + kStages * kATileBytes;
+  float* scale_slots = reinterpret_cast<float*>(b_tiles + kStages * kBTileBytes);
+  unsigned long long* full =
+      reinterpret_cast<unsigned long long*>(scale_slots + kStages * kScaleSlotFloats);
+  unsigned long long* empty = full + kStages;
+
+  // A cluster walks the tiles of a grid whose rows are pairs of tile rows.
+  const int tiles_m = ((p.m + kBlockM - 1) / kBlockM + kClusterM - 1) / kClusterM;
+  const int tiles_n = (p.n + kBlockN - 1) / kBlockN;
+  const int tiles = tiles_m * tiles_n;
+  const int first_tile = blockIdx.x / kClusterM;
+  const int tile_stride = gridDim.x / kClusterM;
+  const unsigned rank = kClusterM > 1 ? cluster_rank() : 0;
+  const int kblocks = (p.k + kBlockK - 1) / kBlockK;
+  const int warpgroup = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      barrier_init(&full[s], kFullArrivals);
+      barrier_init(&empty[s], kConsumers * 4 * kClusterM);  // lane 0 of every math warp
+    }
+    // Make the initialized barriers visible to the TMA unit (async proxy).
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  // The peers' barriers must exist before anything arrives on them.
+  if (kClusterM > 1)
+    cluster_sync();
+  else
+    __syncthreads();
+
+  if (warpgroup == kConsumers) {
+    // The loader: one thread issues every TMA load.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kLoaderRegisters));
+    if (threadIdx.x == kConsumers * 128) {
+      tma_prefetch(&p.a);
+      tma_prefetch(&p.b);
+      unsigned step = 0;
+      for (int index = first_tile; index < tiles; index += tile_stride) {
+        const Tile tile = tile_at(index, tiles_m, tiles_n, p.tile_group);
+        const int m0 = (tile.m * kClusterM + rank) * kBlockM;
+        for (int kb = 0; kb < kblocks; ++kb, ++step) {
+          const int s = step % kStages;
+          barrier_wait(&empty[s], ((step / kStages) & 1) ^ 1);
+          barrier_expect_bytes(&full[s], kATileBytes + kBTileBytes);
+          tma_load(a_tiles + s * kATileBytes, &p.a, &full[s], kb * kBlockK, m0);
+          unsigned char* b_part = b_tiles + s * kBTileBytes + rank * kBLoadBytes;
+          const int n0 = tile.n * kBlockN + rank * kBLoadRows;
+          if (kClusterM > 1)
+            tma_load_multicast(b_part, &p.b, &full[s], kb * kBlockK, n0, (1 << kClusterM) - 1);
+          else
+            tma_load(b_part, &p.b, &full[s], kb * kBlockK, n0);
+        }
+      }
+    } else if (kBlockScaled && threadIdx.x / 32 == kConsumers * 4 + 1) {
+      // The scale warp: the same walk, one K block's scales per stage.
+      const int lane = threadIdx.x % 32;
+      unsigned step = 0;
+      for (int index = first_tile; index < tiles; index += tile_stride) {
+        const Tile tile = tile_at(index, tiles_m, tiles_n, p.tile_group);
+        const int m0 = (tile.m * kClusterM + rank) * kBlockM;
+        for (int kb = 0; kb < kblocks; ++kb, ++step) {
+          const int s = step % kStages;
+          float* slot = scale_slots + s * kScaleSlotFloats;
+          barrier_wait(&empty[s], ((step / kStages) & 1) ^ 1);
+          // Asynchronous copies, so that this warp runs ahead by as many
+          // K blocks as the ring holds instead of waiting out a global load
+          // per block; each lane's arrival lands when its copies have.
+          for (int r = lane; r < kBlockM; r += 32)
+            copy_scale(slot + r, p.a_scale, kAScaleRows, p.a_scale_row_stride,
+                       p.a_scale_kblock_stride, m0 + r, p.m, kb);
+          for (int c = lane; c < kBlockN; c += 32)
+            copy_scale(slot + kBlockM + c, p.b_scale, kBScaleRows, p.b_scale_row_stride,
+                       p.b_scale_kblock_stride, tile.n * kBlockN + c, p.n, kb);
+          barrier_arrive_on_copies(&full[s]);
+        }
+      }
+    }
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kMathRegisters));
+    consume(p, a_tiles, b_tiles, scale_slots, full, empty, tiles_m, tiles_n, tiles, kblocks,
+            first_tile, tile_stride, rank);
+  }
+  // No CTA may leave while its peer can still write into its shared memory
+  // or arrive on its barriers.
+  if (kClusterM > 1) cluster_sync();
+}

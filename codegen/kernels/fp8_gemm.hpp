@@ -1,0 +1,63 @@
+// The generated FP8 GEMM for Hopper (sm_90a): what one configuration
+// computes, and its CUDA source for NVRTC. The device code is the real CUDA
+// header codegen/kernels/device/fp8_gemm_sm90.cuh (embedded as a string at
+// build time); a configuration only sets its constants and the wgmma
+// instruction that its tile width and type pair need.
+//
+//   D[M][N] = A[M][K] . B[N][K]^T, A and B FP8 (e4m3 or e5m2, any pairing),
+//   K innermost in both, D bf16, fp16 or fp32.
+//
+// Scaling, per operand (a_scale_rows / b_scale_rows):
+//   0    per tensor: one float scale_inv; with fast_accumulate the tensor
+//        cores accumulate all of K, without, every 128 K is promoted to fp32
+//   1    1x128 blocks: one float per row and 128 K
+//   128  128x128 blocks: one float per 128 rows and 128 K
+// Either both operands are per-tensor or both block-scaled.
+//
+// How a configuration is chosen for a shape lives apart, in
+// fp8_gemm_heuristic.hpp.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "codegen/kernels/kernel_source.hpp"
+#include "fp8c/elem_type.hpp"
+
+namespace fp8c {
+
+struct Fp8GemmKernel {
+  ElemType a = ElemType::e4m3;
+  ElemType b = ElemType::e4m3;
+  ElemType d = ElemType::bf16;
+  int a_scale_rows = 0;
+  int b_scale_rows = 0;
+  bool fast_accumulate = false;  // per-tensor only
+  int block_m = 128;             // 64 or 128: one or two math warpgroups
+  int block_n = 128;             // 16..256, a multiple of 16
+  int stages = 6;                // shared-memory ring depth
+  // 1, or 2: clusters of two CTAs on vertically adjacent tiles sharing (and
+  // multicasting) the B tile (fp8_gemm_sm90.cuh).
+  int cluster_m = 1;
+
+  bool block_scaled() const { return a_scale_rows != 0; }
+  bool promotes() const { return block_scaled() || !fast_accumulate; }
+  int threads() const { return 128 * (block_m / 64 + 1); }
+  // Dynamic shared memory: the ring, its barriers, and 1 KB to align the
+  // ring to the swizzle's 1024-byte period.
+  std::size_t shared_bytes() const;
+  std::string name() const;
+  bool operator==(const Fp8GemmKernel&) const = default;
+};
+
+// Bytes of shared memory one CTA may have on sm_90 (227 KB).
+inline constexpr std::size_t kSm90SharedBytes = 232448;
+
+// Why `kernel` is not a configuration the device code can build (empty when
+// it is): types, tile sizes, scale pairings, shared memory.
+std::string fp8_gemm_problem(const Fp8GemmKernel& kernel);
+
+// Throws std::invalid_argument with fp8_gemm_problem()'s text.
+KernelSource emit_cuda(const Fp8GemmKernel& kernel);
+
+}  // namespace fp8c

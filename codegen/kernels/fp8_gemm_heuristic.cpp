@@ -1,0 +1,68 @@
+#include "codegen/kernels/fp8_gemm_heuristic.hpp"
+
+#include <algorithm>
+#include <initializer_list>
+
+namespace fp8c {
+namespace {
+
+// Relative throughput of a math warpgroup at tile width n: narrower tiles
+// reload A more often per MMA and spend more of each K block on barriers.
+// Rough figures for ranking only; the benchmark measures the real ones.
+double width_efficiency(int n) {
+  if (n >= 256) return 1.0;
+  if (n >= 192) return 0.97;
+  if (n >= 128) return 0.93;
+  if (n >= 96) return 0.85;
+  return 0.72;
+}
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
+
+}  // namespace
+
+Fp8GemmChoice choose_fp8_gemm(const Fp8GemmShape& shape, int sms) {
+  sms = std::max(sms, 1);
+  Fp8GemmKernel k = shape.form;
+  k.block_m = shape.m <= 64 ? 64 : 128;
+  const std::int64_t tiles_m = ceil_div(std::max<std::int64_t>(shape.m, 1), k.block_m);
+
+  // Promotion doubles the accumulators, which caps the width (fp8_gemm.hpp).
+  const std::initializer_list<int> fast_widths = {256, 192, 128, 96, 64};
+  const std::initializer_list<int> promoted_widths = {128, 96, 64};
+  double best_time = 0;
+  int best_n = 64;
+  for (int n : k.promotes() ? promoted_widths : fast_widths) {
+    const std::int64_t tiles = tiles_m * ceil_div(std::max<std::int64_t>(shape.n, 1), n);
+    const std::int64_t waves = ceil_div(tiles, sms);
+    // A wave costs a tile's time, proportional to its width over its efficiency.
+    const double time = static_cast<double>(waves) * n / width_efficiency(n);
+    if (best_time == 0 || time < best_time * 0.999) {
+      best_time = time;
+      best_n = n;
+    }
+  }
+  k.block_n = best_n;
+  k.stages = 8;
+  while (k.stages > 2 && k.shared_bytes() > kSm90SharedBytes) --k.stages;
+
+  // Pairs of tile rows share B through a cluster of two; an odd last pair
+  // computes a tile of zeros below M.
+  if (shape.clusters && k.block_m == 128 && tiles_m >= 2 && (tiles_m % 2 == 0 || tiles_m >= 8)) {
+    k.cluster_m = 2;
+    while (k.stages > 2 && k.shared_bytes() > kSm90SharedBytes) --k.stages;
+  }
+
+  Fp8GemmChoice choice;
+  choice.kernel = k;
+  const std::int64_t rows = ceil_div(tiles_m, k.cluster_m);  // of clusters
+  const std::int64_t tiles =
+      rows * ceil_div(std::max<std::int64_t>(shape.n, 1), static_cast<std::int64_t>(k.block_n));
+  choice.ctas = static_cast<int>(std::min<std::int64_t>(tiles, sms / k.cluster_m)) * k.cluster_m;
+  choice.tile_group = static_cast<int>(std::min<std::int64_t>(rows, 8 / k.cluster_m));
+  return choice;
+}
+
+}  // namespace fp8c

@@ -1,0 +1,257 @@
+#include "runtime/gemm/generated_gemm.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+#include "codegen/kernels/device/fp8_gemm_params.h"
+#include "runtime/device.hpp"
+#include "runtime/kernel_launchers.hpp"
+
+namespace fp8c::runtime {
+namespace {
+
+// cuda.h aligns CUtensorMap to 128 bytes; TMA needs 64, which the device
+// code's copy keeps (the descriptor is copied, never pointed at, on the host).
+static_assert(sizeof(fp8c_gemm::TmaDescriptor) == sizeof(CUtensorMap) &&
+                  alignof(fp8c_gemm::TmaDescriptor) >= 64,
+              "the device code's TMA descriptor must hold a CUtensorMap");
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// Scale rows of an operand's scaling in the kernel's terms (fp8_gemm.hpp).
+int scale_rows(Scaling s) {
+  return s == Scaling::block_1x128 ? 1 : s == Scaling::block_128x128 ? 128 : 0;
+}
+
+bool aligned(CUdeviceptr p, unsigned bytes) {
+  return p % bytes == 0;
+}
+
+std::string operand_problem(const GemmOperand& o, const char* which) {
+  const std::string name(which);
+  if (!is_fp8(o.type))
+    return name + " is " + std::string(to_string(o.type)) + "; the generated GEMM takes FP8 only";
+  if (o.k_outer) return name + " is stored K-outermost; FP8 wgmma reads K-innermost operands";
+  if (o.data == 0) return name + " has no data";
+  if (o.k % 16 != 0 || o.ld % 16 != 0 || !aligned(o.data, 16))
+    return name + ": K, the leading dimension and the address must be multiples of 16 bytes (TMA)";
+  if (o.ld < o.k) return name + ": leading dimension below K";
+  if (o.rows <= 0 || o.rows > 0x7FFFFFFF || o.k <= 0 || o.k > 0x7FFFFFFF)
+    return name + ": rows or K out of range (1 to 2^31 - 1)";
+  if (o.scaling == Scaling::mx_1x32)
+    return name + " is MXFP8; the generated GEMM has no 1x32 mode yet";
+  if (o.scaling == Scaling::none) return name + " has no scale";
+  if (o.scale_inv == 0) return name + " has no scale_inv";
+  return {};
+}
+
+class Runner final : public GeneratedGemmRunner {
+ public:
+  Runner(const Jit& jit, bool clusters) : jit_(jit) {
+    CUdevice device;
+    FP8C_CU(driver().cuCtxGetDevice(&device));
+    FP8C_CU(driver().cuDeviceGetAttribute(&sms_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device));
+    const char* env = std::getenv("FP8C_GEMM_CLUSTERS");
+    clusters_ = clusters || (env && std::string(env) == "1");
+  }
+
+  std::string_view name() const override { return "generated"; }
+
+  bool supports(const GemmArgs& g, std::string* why) const override {
+    std::string problem = args_problem(g);
+    if (problem.empty()) problem = fp8_gemm_problem(choice(g).kernel);
+    if (why) *why = problem;
+    return problem.empty();
+  }
+
+  Fp8GemmChoice choice(const GemmArgs& g) const override {
+    Fp8GemmShape shape;
+    shape.m = g.a.rows;
+    shape.n = g.b.rows;
+    shape.k = g.a.k;
+    shape.form.a = g.a.type;
+    shape.form.b = g.b.type;
+    shape.form.d = g.d_type;
+    shape.form.a_scale_rows = scale_rows(g.a.scaling);
+    shape.form.b_scale_rows = scale_rows(g.b.scaling);
+    shape.form.fast_accumulate = g.a.scaling == Scaling::per_tensor && g.fast_accumulate;
+    shape.clusters = clusters_;
+    return choose_fp8_gemm(shape, sms_);
+  }
+
+  const CompiledKernel& compiled(const Fp8GemmKernel& kernel) override {
+    return loaded(kernel).compiled();
+  }
+
+  void run(const GemmArgs& g, CUstream stream) override {
+    std::string why;
+    if (!supports(g, &why)) throw std::invalid_argument("generated GEMM: " + why);
+    const Fp8GemmChoice c = choice(g);
+    const LoadedKernel& kernel = loaded(c.kernel);
+
+    fp8c_gemm::Fp8GemmParams p{};
+    encode(&p.a, g.a, c.kernel.block_m);
+    encode(&p.b, g.b, c.kernel.block_n / c.kernel.cluster_m);  // each CTA loads its share
+    p.d = g.d;
+    p.ldd = g.ldd;
+    p.a_scale = g.a.scale_inv;
+    p.b_scale = g.b.scale_inv;
+    set_scale_strides(g.a, &p.a_scale_row_stride, &p.a_scale_kblock_stride);
+    set_scale_strides(g.b, &p.b_scale_row_stride, &p.b_scale_kblock_stride);
+    p.m = static_cast<int>(g.a.rows);
+    p.n = static_cast<int>(g.b.rows);
+    p.k = static_cast<int>(g.a.k);
+    p.tile_group = c.tile_group;
+
+    void* args[] = {&p};
+    if (c.kernel.cluster_m == 1) {
+      LaunchShape shape;
+      shape.grid[0] = static_cast<unsigned>(c.ctas);
+      shape.block[0] = static_cast<unsigned>(c.kernel.threads());
+      shape.shared_bytes = static_cast<unsigned>(c.kernel.shared_bytes());
+      launch(kernel.function(), shape, stream, args);
+      return;
+    }
+    // A persistent grid of clusters must fit on the GPU at once: clusters
+    // are placed within a GPC, so fewer than SMs / 2 may fit.
+    CUlaunchAttribute cluster{};
+    cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    cluster.value.clusterDim.x = static_cast<unsigned>(c.kernel.cluster_m);
+    cluster.value.clusterDim.y = cluster.value.clusterDim.z = 1;
+    CUlaunchConfig config{};
+    config.blockDimX = static_cast<unsigned>(c.kernel.threads());
+    config.blockDimY = config.blockDimZ = 1;
+    config.gridDimY = config.gridDimZ = 1;
+    config.sharedMemBytes = static_cast<unsigned>(c.kernel.shared_bytes());
+    config.hStream = stream;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    config.gridDimX = static_cast<unsigned>(ctas(c, kernel.function()));
+    FP8C_CU(driver().cuLaunchKernelEx(&config, kernel.function(), args, nullptr));
+  }
+
+  int launch_ctas(const GemmArgs& g) override {
+    const Fp8GemmChoice c = choice(g);
+    return ctas(c, loaded(c.kernel).function());
+  }
+
+ private:
+  std::string args_problem(const GemmArgs& g) const {
+    if (jit_.arch() != "sm_90a")
+      return "the generated GEMM is built for sm_90a (Hopper); this GPU is " + jit_.arch();
+    if (std::string p = operand_problem(g.a, "A"); !p.empty()) return p;
+    if (std::string p = operand_problem(g.b, "B"); !p.empty()) return p;
+    if (g.a.k != g.b.k) return "A and B disagree on K";
+    if ((g.a.scaling == Scaling::per_tensor) != (g.b.scaling == Scaling::per_tensor))
+      return "one operand per-tensor and one block-scaled";
+    if (g.d == 0) return "no D";
+    if (g.d_type != ElemType::bf16 && g.d_type != ElemType::fp16 && g.d_type != ElemType::fp32)
+      return "D is " + std::string(to_string(g.d_type)) +
+             "; the generated GEMM writes bf16, fp16 or fp32 (FP8 D is a fused epilogue to come)";
+    const unsigned pair_bytes = 2 * static_cast<unsigned>(element_bytes(g.d_type));
+    if (g.ldd < g.b.rows || g.ldd % 2 != 0 || !aligned(g.d, pair_bytes))
+      return "D: the leading dimension must be even and at least N, and D aligned to two elements";
+    if (g.bias || g.activation != Activation::none || g.aux || g.accumulate || g.d_scale ||
+        g.d_amax)
+      return "bias, activation, aux, accumulation and amax are not fused into the generated GEMM "
+             "yet";
+    return {};
+  }
+
+  const LoadedKernel& loaded(const Fp8GemmKernel& kernel) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& slot = kernels_[kernel.name()];
+    if (!slot) {
+      auto made = std::make_unique<LoadedKernel>(jit_, emit_cuda(kernel));
+      FP8C_CU(driver().cuFuncSetAttribute(made->function(),
+                                          CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                          static_cast<int>(kernel.shared_bytes())));
+      slot = std::move(made);
+    }
+    return *slot;
+  }
+
+  // The persistent grid: the choice's CTAs, or as many clusters as fit on
+  // the GPU at once (asked once per kernel) when that is fewer.
+  int ctas(const Fp8GemmChoice& c, CUfunction function) {
+    if (c.kernel.cluster_m == 1) return c.ctas;
+    std::lock_guard<std::mutex> lock(mutex_);
+    int& resident = resident_[c.kernel.name()];
+    if (resident == 0) {
+      CUlaunchAttribute cluster{};
+      cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      cluster.value.clusterDim.x = static_cast<unsigned>(c.kernel.cluster_m);
+      cluster.value.clusterDim.y = cluster.value.clusterDim.z = 1;
+      CUlaunchConfig config{};
+      config.gridDimX = static_cast<unsigned>(sms_ / c.kernel.cluster_m * c.kernel.cluster_m);
+      config.gridDimY = config.gridDimZ = 1;
+      config.blockDimX = static_cast<unsigned>(c.kernel.threads());
+      config.blockDimY = config.blockDimZ = 1;
+      config.sharedMemBytes = static_cast<unsigned>(c.kernel.shared_bytes());
+      config.attrs = &cluster;
+      config.numAttrs = 1;
+      FP8C_CU(driver().cuOccupancyMaxActiveClusters(&resident, function, &config));
+      if (resident < 1)
+        throw std::runtime_error("generated GEMM " + c.kernel.name() +
+                                 ": no cluster of it fits on this GPU");
+    }
+    return std::min(c.ctas, resident * c.kernel.cluster_m);
+  }
+
+  // A [rows][ld] byte matrix, read in boxes of 128 bytes of K x `box_rows`
+  // rows into the 128-byte swizzle wgmma reads; zeros outside it.
+  static void encode(fp8c_gemm::TmaDescriptor* out, const GemmOperand& o, int box_rows) {
+    CUtensorMap map;
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(o.k), static_cast<cuuint64_t>(o.rows)};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(o.ld)};
+    const cuuint32_t box[2] = {128, static_cast<cuuint32_t>(box_rows)};
+    const cuuint32_t element_strides[2] = {1, 1};
+    FP8C_CU(driver().cuTensorMapEncodeTiled(
+        &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, reinterpret_cast<void*>(o.data), dims, strides, box,
+        element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+    std::memcpy(out, &map, sizeof map);
+  }
+
+  static void set_scale_strides(const GemmOperand& o, long long* row, long long* kblock) {
+    const std::int64_t nb = ceil_div(o.k, 128);
+    switch (o.scaling) {
+      case Scaling::block_1x128:
+        if (o.scale_order == BlockScaleOrder::k_block_major) {
+          *row = 1;
+          *kblock = o.rows;
+        } else {
+          *row = nb;
+          *kblock = 1;
+        }
+        return;
+      case Scaling::block_128x128:
+        *row = o.scale_stride ? o.scale_stride : nb;
+        *kblock = 1;
+        return;
+      default:
+        *row = *kblock = 0;
+    }
+  }
+
+  const Jit& jit_;
+  int sms_ = 0;
+  bool clusters_ = false;
+  std::mutex mutex_;
+  std::map<std::string, std::unique_ptr<LoadedKernel>> kernels_;
+  std::map<std::string, int> resident_;
+};
+
+}  // namespace
+
+std::unique_ptr<GeneratedGemmRunner> make_generated_gemm_runner(const Jit& jit, bool clusters) {
+  return std::make_unique<Runner>(jit, clusters);
+}
+
+}  // namespace fp8c::runtime

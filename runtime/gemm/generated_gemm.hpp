@@ -1,0 +1,42 @@
+// The generated FP8 GEMM (codegen/kernels/fp8_gemm.hpp) as a GemmRunner:
+// compiles each configuration the heuristic picks once (NVRTC, through the
+// JIT's cubin cache), loads it, and launches it with TMA descriptors made for
+// the call's operands.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "codegen/kernels/fp8_gemm_heuristic.hpp"
+#include "runtime/gemm/gemm.hpp"
+#include "runtime/jit.hpp"
+
+namespace fp8c::runtime {
+
+class GeneratedGemmRunner : public GemmRunner {
+ public:
+  // The configuration run() would launch for `args` (which supports() must
+  // accept), and the kernel's host-side record once it has been compiled.
+  virtual Fp8GemmChoice choice(const GemmArgs& args) const = 0;
+  virtual const CompiledKernel& compiled(const Fp8GemmKernel& kernel) = 0;
+  // CTAs run() launches for `args`: the choice's, or fewer where not that
+  // many clusters fit on the GPU at once (compiles the kernel to ask).
+  virtual int launch_ctas(const GemmArgs& args) = 0;
+};
+
+// Needs the device's context current on the calling thread, at creation and
+// for run(); `jit` must outlive the runner and target sm_90a (anything else
+// makes every supports() false, saying so). What it supports, today:
+//  - A and B e4m3 or e5m2 (any pairing), K-innermost, K a multiple of 16,
+//    rows 16-byte aligned;
+//  - both per-tensor (fast or promoted accumulation), or both block-scaled
+//    with 1x128 and/or 128x128 fp32 scales (either 1x128 order);
+//  - D bf16, fp16 or fp32, written whole (no bias, activation, aux,
+//    accumulation, FP8 D or amax yet: the fused epilogues are issue 13's
+//    item 3).
+// `clusters` (or FP8C_GEMM_CLUSTERS=1) lets the heuristic pick clusters of two
+// CTAs sharing B (fp8_gemm_heuristic.hpp: measured slower so far).
+std::unique_ptr<GeneratedGemmRunner> make_generated_gemm_runner(const Jit& jit,
+                                                                bool clusters = false);
+
+}  // namespace fp8c::runtime

@@ -1,0 +1,224 @@
+// The generated FP8 GEMM (runtime/gemm/generated_gemm.hpp) on the GPU
+// against the float64 reference of the operands as stored, the same problems
+// and tolerance as cuBLASLt's tests (gemm_problem.hpp, gemm_reference.hpp):
+// every FP8 type pairing, fast and promoted accumulation, bf16/fp16/fp32 D,
+// block scaling in every pairing and scale order, M of 1, 64 and 127, shapes
+// that are not tile multiples, padded leading dimensions, more tiles than
+// SMs. The SASS must hold the FP8 warpgroup MMA and TMA loads. Skipped,
+// visibly, without a GPU (the SASS test: without cuobjdump).
+#include <gtest/gtest.h>
+
+#include "gpu_fixture.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <set>
+
+#include "gemm_problem.hpp"
+#include "runtime/gemm/generated_gemm.hpp"
+
+namespace fp8c::runtime {
+namespace {
+
+using namespace gemm_test;
+
+// Never destroyed, like the fixture's context. `clusters`: a runner whose
+// heuristic may pick clusters of two (the default one does not).
+GeneratedGemmRunner& runner(bool clusters = false) {
+  static GeneratedGemmRunner* plain = nullptr;
+  static GeneratedGemmRunner* clustered = nullptr;
+  GeneratedGemmRunner*& instance = clusters ? clustered : plain;
+  if (!instance) instance = make_generated_gemm_runner(*testing::gpu().jit, clusters).release();
+  return *instance;
+}
+
+bool hopper() {
+  return testing::gpu().device->arch() == "sm_90a";
+}
+
+#define REQUIRE_HOPPER()                                              \
+  do {                                                                \
+    REQUIRE_GPU();                                                    \
+    if (!hopper())                                                    \
+      GTEST_SKIP() << "the generated GEMM needs sm_90a; this GPU is " \
+                   << testing::gpu().device->arch();                  \
+  } while (0)
+
+// M of 1, 64, 127; N and K that no tile divides (K % 128 = 16); padded
+// leading dimensions; more tiles than the H200's 132 SMs; clusters of two
+// (when a runner allows them) whose last pair has a tile below M (1100
+// rows: 9 tile rows).
+const std::vector<Shape> kShapes = {{1, 256, 512},       {64, 200, 384},     {127, 392, 400},
+                                    {264, 768, 384, 32}, {1000, 1056, 4096}, {2048, 2304, 1024},
+                                    {1100, 520, 272}};
+
+Form per_tensor(ElemType a, ElemType b, ElemType d, bool fast) {
+  Form f;
+  f.name = std::string(to_string(a)) + " x " + std::string(to_string(b)) + " -> " +
+           std::string(to_string(d)) + (fast ? " fast" : " promoted");
+  f.a = a;
+  f.b = b;
+  f.d = d;
+  f.fast_accumulate = fast;
+  return f;
+}
+
+TEST(GeneratedGemmGpu, PerTensorTypePairs) {
+  REQUIRE_HOPPER();
+  const ElemType e4 = ElemType::e4m3, e5 = ElemType::e5m2;
+  std::uint32_t seed = 501;
+  for (auto [a, b] : {std::pair{e4, e4}, std::pair{e4, e5}, std::pair{e5, e4}, std::pair{e5, e5}})
+    for (bool fast : {true, false})
+      for (const Shape& s : kShapes) {
+        Problem p = make_problem(per_tensor(a, b, ElemType::bf16, fast), s, seed++);
+        run_and_check(runner(), p);
+      }
+}
+
+TEST(GeneratedGemmGpu, PerTensorOutputTypes) {
+  REQUIRE_HOPPER();
+  std::uint32_t seed = 601;
+  for (ElemType d : {ElemType::fp16, ElemType::fp32})
+    for (bool fast : {true, false})
+      for (const Shape& s : kShapes) {
+        Problem p = make_problem(per_tensor(ElemType::e4m3, ElemType::e4m3, d, fast), s, seed++);
+        run_and_check(runner(), p);
+      }
+}
+
+TEST(GeneratedGemmGpu, BlockScaledPairingsAndOrders) {
+  REQUIRE_HOPPER();
+  const Scaling row = Scaling::block_1x128, tile = Scaling::block_128x128;
+  std::uint32_t seed = 701;
+  for (auto [a, b] : {std::pair{row, tile}, std::pair{row, row}, std::pair{tile, row}})
+    for (BlockScaleOrder order : {BlockScaleOrder::k_block_major, BlockScaleOrder::row_major})
+      for (const Shape& s : kShapes) {
+        if (s.pad) continue;  // block problems keep ld = K
+        Problem p = make_block_problem(a, b, s, seed++, 0, false, order);
+        run_and_check(runner(), p);
+      }
+}
+
+// 128x128 scale rows padded past ceil(K / 128) blocks, as the lowering stores
+// them for cuBLASLt (GemmOperand::scale_stride).
+TEST(GeneratedGemmGpu, BlockScaledPaddedScaleRows) {
+  REQUIRE_HOPPER();
+  const Scaling row = Scaling::block_1x128, tile = Scaling::block_128x128;
+  std::uint32_t seed = 801;
+  for (auto [a, b] : {std::pair{row, tile}, std::pair{tile, row}})
+    for (const Shape& s : {Shape{256, 384, 640}, Shape{384, 256, 384}}) {
+      const std::int64_t nb = (s.k + 127) / 128;
+      Problem p = make_block_problem(a, b, s, seed++, (nb + 3) / 4 * 4, false);
+      run_and_check(runner(), p);
+    }
+}
+
+// Shapes on which the heuristic picks different tile widths, heights, depths
+// and cluster sizes (the GPU tests above mostly land on a few).
+TEST(GeneratedGemmGpu, HeuristicPicksAreExercised) {
+  REQUIRE_HOPPER();
+  std::uint32_t seed = 901;
+  std::set<std::string> seen;
+  for (const Shape& s : {Shape{4096, 4096, 256}, Shape{2048, 1280, 256}, Shape{1024, 768, 256},
+                         Shape{256, 96, 256}, Shape{33, 4096, 256}, Shape{1100, 520, 272}})
+    for (bool fast : {true, false})
+      for (bool clusters : {false, true}) {
+        Problem p = make_problem(per_tensor(ElemType::e4m3, ElemType::e4m3, ElemType::bf16, fast),
+                                 s, seed++);
+        seen.insert(runner(clusters).choice(p.args).kernel.name());
+        run_and_check(runner(clusters), p);
+      }
+  // Clusters of two with block scales, the last pair's second tile below M.
+  for (const Shape& s : {Shape{1100, 520, 272}, Shape{512, 384, 1024}}) {
+    Problem p =
+        make_block_problem(Scaling::block_1x128, Scaling::block_128x128, s, seed++, 0, false);
+    seen.insert(runner(true).choice(p.args).kernel.name());
+    run_and_check(runner(true), p);
+  }
+  EXPECT_GE(seen.size(), 6u);
+  bool clustered = false, single = false;
+  for (const auto& name : seen) (name.find("_c2") != std::string::npos ? clustered : single) = true;
+  EXPECT_TRUE(clustered && single);
+}
+
+TEST(GeneratedGemmGpu, RefusedFormsSayWhyAndThrow) {
+  REQUIRE_HOPPER();
+  Problem p = make_problem(per_tensor(ElemType::e4m3, ElemType::e4m3, ElemType::bf16, true),
+                           kShapes[1], 37);
+  std::string why;
+  EXPECT_TRUE(runner().supports(p.args, &why)) << why;
+  const auto refused = [&](GemmArgs g, const std::string& says) {
+    EXPECT_FALSE(runner().supports(g, &why));
+    EXPECT_NE(why.find(says), std::string::npos) << why;
+    EXPECT_THROW(runner().run(g, nullptr), std::invalid_argument);
+  };
+  GemmArgs g = p.args;
+  g.activation = Activation::gelu;
+  refused(g, "not fused");
+  g = p.args;
+  g.a.type = ElemType::bf16;
+  refused(g, "FP8 only");
+  g = p.args;
+  g.a.ld = g.a.k + 8;
+  refused(g, "multiples of 16");
+  g = p.args;
+  g.b.scaling = Scaling::block_128x128;
+  refused(g, "one operand per-tensor");
+  g = p.args;
+  g.d_type = ElemType::e4m3;
+  refused(g, "FP8 D");
+  g = p.args;
+  g.a.scaling = g.b.scaling = Scaling::mx_1x32;
+  refused(g, "MXFP8");
+  g = p.args;
+  g.a.k = g.b.k = 0;
+  refused(g, "out of range");
+}
+
+std::string find_cuobjdump() {
+  for (const char* dir : {"/usr/local/cuda/bin", "/usr/bin"}) {
+    const auto path = std::filesystem::path(dir) / "cuobjdump";
+    if (std::filesystem::exists(path)) return path.string();
+  }
+  return {};
+}
+
+// The machine code must be what the kernel is about: FP8 warpgroup MMAs
+// (QGMMA) fed by TMA loads (UTMALDG), registers moved by setmaxnreg.
+TEST(GeneratedGemmGpu, SassHoldsQgmmaAndTmaLoads) {
+  REQUIRE_HOPPER();
+  const std::string cuobjdump = find_cuobjdump();
+  if (cuobjdump.empty()) GTEST_SKIP() << "no cuobjdump on this machine";
+  for (bool block : {false, true}) {
+    Problem p = block
+                    ? make_block_problem(Scaling::block_1x128, Scaling::block_128x128, kShapes[4],
+                                         1001, 0, false)
+                    : make_problem(per_tensor(ElemType::e4m3, ElemType::e5m2, ElemType::bf16, true),
+                                   kShapes[4], 1002);
+    const Fp8GemmKernel kernel = runner().choice(p.args).kernel;
+    const CompiledKernel& compiled = runner().compiled(kernel);
+    const auto dir = std::filesystem::temp_directory_path();
+    const auto cubin = dir / (kernel.name() + ".cubin");
+    const auto sass = dir / (kernel.name() + ".sass");
+    std::ofstream(cubin, std::ios::binary).write(compiled.cubin.data(), compiled.cubin.size());
+    const std::string command =
+        cuobjdump + " -sass " + cubin.string() + " > " + sass.string() + " 2>&1";
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+    std::ifstream in(sass);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    SCOPED_TRACE(kernel.name());
+    EXPECT_NE(text.find("QGMMA.64x" + std::to_string(kernel.block_n) + "x32.F32.E4M3." +
+                        (block ? "E4M3" : "E5M2")),
+              std::string::npos);
+    EXPECT_NE(text.find("UTMALDG.2D"), std::string::npos);
+    EXPECT_NE(text.find("USETMAXREG"), std::string::npos);
+    std::filesystem::remove(cubin);
+    std::filesystem::remove(sass);
+  }
+}
+
+}  // namespace
+}  // namespace fp8c::runtime
