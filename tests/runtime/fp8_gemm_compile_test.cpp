@@ -4,11 +4,11 @@
 // ptxas; and the heuristic's and the description's rules.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <set>
 
 #include "codegen/kernels/fp8_gemm.hpp"
 #include "codegen/kernels/fp8_gemm_heuristic.hpp"
+#include "compile_check.hpp"
 #include "runtime/jit.hpp"
 #include "runtime/nvrtc.hpp"
 
@@ -112,16 +112,7 @@ TEST(Fp8GemmCompile, EveryChosenConfigurationCompilesWithoutSpills) {
   std::vector<KernelSource> sources;
   for (const Fp8GemmKernel& k : chosen_configurations()) sources.push_back(emit_cuda(k));
   ASSERT_GT(sources.size(), 10u);
-  const auto dir = std::filesystem::temp_directory_path() / "fp8c-fp8-gemm-compile-test";
-  std::filesystem::remove_all(dir);
-  const Jit jit("sm_90a", CubinCache(dir.string()));
-  for (const auto& c : jit.compile_all(sources)) {
-    EXPECT_FALSE(c.cubin.empty()) << c.name;
-    EXPECT_GT(c.registers, 0) << c.name;
-    EXPECT_EQ(c.spill_stores, 0) << c.name;
-    EXPECT_EQ(c.spill_loads, 0) << c.name;
-  }
-  std::filesystem::remove_all(dir);
+  testing::expect_compiles_without_spills(sources, "fp8c-fp8-gemm-compile-test");
 }
 
 // ptxas serializes wgmmas it cannot prove safe, and says so only in its log:

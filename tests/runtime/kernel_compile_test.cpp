@@ -7,6 +7,7 @@
 
 #include "codegen/lower/lowered.hpp"
 #include "codegen/plan/planner.hpp"
+#include "compile_check.hpp"
 #include "fp8c/dsl.hpp"
 #include "kernel_variants.hpp"
 #include "runtime/jit.hpp"
@@ -31,17 +32,7 @@ TEST(KernelCompile, EveryQuantizeVariantCompilesWithoutSpills) {
     sources.push_back(emit_cuda(k));
     EXPECT_TRUE(names.insert(k.name()).second) << "two variants named " << k.name();
   }
-  const auto dir = std::filesystem::temp_directory_path() / "fp8c-kernel-compile-test";
-  std::filesystem::remove_all(dir);
-  const Jit jit("sm_90a", CubinCache(dir.string()));
-  const auto compiled = jit.compile_all(sources);
-  for (const auto& c : compiled) {
-    EXPECT_FALSE(c.cubin.empty()) << c.name;
-    EXPECT_GT(c.registers, 0) << c.name;
-    EXPECT_EQ(c.spill_stores, 0) << c.name;
-    EXPECT_EQ(c.spill_loads, 0) << c.name;
-  }
-  std::filesystem::remove_all(dir);
+  testing::expect_compiles_without_spills(sources, "fp8c-kernel-compile-test");
 }
 
 // A quantize kernel's format is e4m3 or e5m2: any other ElemType is refused,

@@ -9,6 +9,7 @@
 
 #include "codegen/lower/lowered.hpp"
 #include "codegen/plan/planner.hpp"
+#include "compile_check.hpp"
 #include "fp8c/dsl.hpp"
 #include "other_kernel_variants.hpp"
 #include "runtime/jit.hpp"
@@ -27,16 +28,7 @@ TEST(OtherKernelsCompile, EveryVariantCompilesWithoutSpills) {
         << k.name() << " must be self-contained";
     EXPECT_EQ(sources.back().entry, k.name());
   }
-  const auto dir = std::filesystem::temp_directory_path() / "fp8c-other-kernels-compile-test";
-  std::filesystem::remove_all(dir);
-  const Jit jit("sm_90a", CubinCache(dir.string()));
-  for (const auto& c : jit.compile_all(sources)) {
-    EXPECT_FALSE(c.cubin.empty()) << c.name;
-    EXPECT_GT(c.registers, 0) << c.name;
-    EXPECT_EQ(c.spill_stores, 0) << c.name;
-    EXPECT_EQ(c.spill_loads, 0) << c.name;
-  }
-  std::filesystem::remove_all(dir);
+  testing::expect_compiles_without_spills(sources, "fp8c-other-kernels-compile-test");
 }
 
 TEST(OtherKernelsCompile, ScaleUpdateDividesWithIeeeDivisionOnly) {

@@ -3,11 +3,11 @@
 // this runs in CI; the GPU tests check what they compute.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <set>
 
 #include "codegen/kernels/rank_copy.hpp"
 #include "codegen/kernels/rank_reduce.hpp"
+#include "compile_check.hpp"
 #include "runtime/comm/rank_kernels.hpp"
 #include "runtime/jit.hpp"
 
@@ -34,16 +34,7 @@ TEST(RankReduceKernels, EveryVariantIsSelfContainedAndNamedOnce) {
 }
 
 TEST(RankReduceKernels, EveryVariantCompilesForSm90aWithoutSpills) {
-  const auto dir = std::filesystem::temp_directory_path() / "fp8c-rank-reduce-compile-test";
-  std::filesystem::remove_all(dir);
-  const Jit jit("sm_90a", CubinCache(dir.string()));
-  for (const auto& c : jit.compile_all(all_sources())) {
-    EXPECT_FALSE(c.cubin.empty()) << c.name;
-    EXPECT_GT(c.registers, 0) << c.name;
-    EXPECT_EQ(c.spill_stores, 0) << c.name;
-    EXPECT_EQ(c.spill_loads, 0) << c.name;
-  }
-  std::filesystem::remove_all(dir);
+  testing::expect_compiles_without_spills(all_sources(), "fp8c-rank-reduce-compile-test");
 }
 
 TEST(RankReduceKernels, ReductionsUseExplicitlyRoundedAddsOnly) {
