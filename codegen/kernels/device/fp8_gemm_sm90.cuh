@@ -7,7 +7,8 @@
 // wgmma_m64k32() for this kBlockN and type pair, and FP8C_GEMM_ENTRY.
 //
 // Shape of the kernel:
-//  - persistent: one CTA per SM walks tiles blockIdx.x, + gridDim.x, ...;
+//  - persistent: one CTA (or cluster) per SM (or SM pair) walks the tiles
+//    from its own index in steps of the grid's;
 //  - warp-specialized: warpgroups 0..kConsumers-1 compute (64 rows of the
 //    tile each), the last warpgroup loads; registers move from the loader to
 //    the math warpgroups with setmaxnreg;
@@ -280,10 +281,6 @@ __device__ __forceinline__ void barrier_arrive_on_copies(unsigned long long* bar
 constexpr int kThreadColumns = kBlockN / 4;
 // 128x128 B blocks that a tile never straddles: one scale per K block.
 constexpr bool kUniformBScale = kBScaleRows == 128 && (128 % kBlockN == 0);
-
-}  // namespace fp8c_gemm
-
-namespace fp8c_gemm {
 
 // The math warpgroups: wait for a stage, run its wgmmas, release it, and at
 // the end of each tile store D.
