@@ -148,8 +148,8 @@ std::vector<std::uint16_t> download_d(const DeviceBuffer& d) {
   return h;
 }
 
-Result run_case(GemmRunner& ours, GemmRunner& cublaslt, GeneratedGemmRunner& generated,
-                const Shape& s, bool block, int iters) {
+Result run_case(GeneratedGemmRunner& ours, GemmRunner& cublaslt, const Shape& s, bool block,
+                int iters) {
   Result r;
   r.name = std::string(block ? "block_1x128_128x128" : "per_tensor_fast") + "_" +
            std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
@@ -164,8 +164,8 @@ Result run_case(GemmRunner& ours, GemmRunner& cublaslt, GeneratedGemmRunner& gen
   DeviceBuffer d_lt(static_cast<std::size_t>(s.m * s.n) * 2);
   const GemmArgs check_ours = args_for(s, block, operands[0], d_ours.get());
   const GemmArgs check_lt = args_for(s, block, operands[0], d_lt.get());
-  r.config = generated.choice(check_ours).kernel.name() + " on " +
-             std::to_string(generated.launch_ctas(check_ours)) + " CTAs";
+  r.config = ours.choice(check_ours).kernel.name() + " on " +
+             std::to_string(ours.launch_ctas(check_ours)) + " CTAs";
   std::string why;
   if (!ours.supports(check_ours, &why)) throw std::runtime_error("generated GEMM refuses: " + why);
   if (!cublaslt.supports(check_lt, &why)) throw std::runtime_error("cuBLASLt refuses: " + why);
@@ -177,7 +177,6 @@ Result run_case(GemmRunner& ours, GemmRunner& cublaslt, GeneratedGemmRunner& gen
   cublaslt.run(check_lt, stream.get());
   stream.synchronize();
   const auto got = download_d(d_ours), lt = download_d(d_lt);
-  bool ok = true;
   double worst = 0;
   for (int t = 0; t < 256; ++t) {
     const std::int64_t i = (t * 7919ll) % s.m, j = (t * 104729ll + t / 3) % s.n;
@@ -197,7 +196,7 @@ Result run_case(GemmRunner& ours, GemmRunner& cublaslt, GeneratedGemmRunner& gen
     // element or a wrong scale is off by about rms.
     if (!(std::fabs(x - y) <= std::fabs(y) / 64 + rms / 16)) ++differ;
   }
-  ok = worst <= 1.0 && differ == 0;
+  const bool ok = worst <= 1.0 && differ == 0;
   r.max_error_over_limit = worst;
   r.verified = ok;
   if (!ok)
@@ -268,7 +267,7 @@ int main(int argc, char** argv) {
     for (bool block : {false, true}) {
       if (!only.empty() && only != (block ? "block" : "per_tensor")) continue;
       for (const Shape& s : shapes) {
-        Result r = run_case(*generated, *cublaslt, *generated, s, block, iters);
+        Result r = run_case(*generated, *cublaslt, s, block, iters);
         all_ok = all_ok && r.verified;
         std::printf("%-36s %-54s ours %8.3f ms %7.1f TFLOP/s | cuBLASLt %8.3f ms %7.1f | %.3fx%s\n",
                     r.name.c_str(), r.config.c_str(), r.ours_ms, r.ours_tflops, r.cublaslt_ms,

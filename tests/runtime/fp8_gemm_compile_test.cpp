@@ -9,7 +9,6 @@
 #include "codegen/kernels/fp8_gemm.hpp"
 #include "codegen/kernels/fp8_gemm_heuristic.hpp"
 #include "compile_check.hpp"
-#include "runtime/jit.hpp"
 #include "runtime/nvrtc.hpp"
 
 namespace fp8c::runtime {

@@ -10,7 +10,6 @@
 
 #include "gpu_fixture.hpp"
 
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
