@@ -21,6 +21,7 @@
 #include "runtime/cubin_cache.hpp"
 #include "runtime/device.hpp"
 #include "runtime/gemm/gemm.hpp"
+#include "runtime/gemm/generated_gemm.hpp"
 #include "runtime/gpu/kernel_set.hpp"
 #include "runtime/gpu/layer_state.hpp"
 #include "runtime/gpu/rank_executor.hpp"
@@ -92,6 +93,7 @@ struct Session::Impl {
   std::unique_ptr<runtime::LocalDeviceGroup> group;
   std::unique_ptr<runtime::DeviceCommunicator> comm;
   std::unique_ptr<runtime::GemmRunner> gemm;
+  std::unique_ptr<runtime::GemmRunner> generated_gemm;  // for layers with gemm = generated
   // Blocking: work on the legacy default stream (a framework's stream 0)
   // before a call is finished before the session's work starts, and after.
   runtime::Stream stream{true};
@@ -138,6 +140,7 @@ struct Session::Impl {
       comm = group->communicator(0);
     }
     gemm = runtime::make_cublaslt_runner();
+    generated_gemm = runtime::make_generated_gemm_runner(jit);
     for (const auto& lp : plan.layers) {
       LayerRun run;
       run.layer = spec.find_layer(lp.layer);
@@ -145,7 +148,8 @@ struct Session::Impl {
       run.state = std::make_unique<DeviceLayerState>(*run.layer, lp);
       run.exec = std::make_unique<GpuRankExecutor>(
           *run.layer, lp, *lowered.find(lp.layer),
-          runtime::RankResources{*kernels, *comm, *gemm, stream.get(), comm_stream.get()},
+          runtime::RankResources{*kernels, *comm, *gemm, stream.get(), comm_stream.get(),
+                                 generated_gemm.get()},
           *run.state);
       layers.emplace(lp.layer, std::move(run));
     }

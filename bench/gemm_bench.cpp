@@ -1,12 +1,13 @@
 // GPU benchmark of the generated FP8 GEMM against cuBLASLt (a benchmark, not
 // a test), on the shapes, per-tensor (fast accumulation) and
-// 1x128 x 128x128 block-scaled, bf16 D. Follows the device METHOD: FLOPs
-// counted, each runner's D checked before timing (against a float64
-// reference on sampled elements, and the two runners against each other on
-// every element), warm-up, median of many runs timed with CUDA events,
-// operand sets rotated so that no run finds its inputs in L2.
+// 1x128 x 128x128 block-scaled, bf16 D; and "fused": per-tensor with bias,
+// GELU, an e4m3 D with its scale and amax, against the same generated GEMM
+// with a plain bf16 D (what the fusion costs) and cuBLASLt's fused epilogue. Follows the device
+// METHOD: FLOPs counted, each runner's D checked before timing (against a float64 reference on
+// sampled elements, and the two runners against each other on every element), warm-up, median of
+// many runs timed with CUDA events, operand sets rotated so that no run finds its inputs in L2.
 //
-//   build/bench/gemm_bench [--iters N] [--json FILE] [--only per_tensor|block]
+//   build/bench/gemm_bench [--iters N] [--json FILE] [--only per_tensor|block|fused]
 //                          [--shape MxNxK]...
 //
 // cuBLASLt here is fp8c's runner (runtime/gemm): the heuristic's first
@@ -37,11 +38,20 @@ struct Shape {
   std::int64_t m, n, k;
 };
 
+enum class Mode { per_tensor, block, fused };
+
+const char* mode_name(Mode m) {
+  return m == Mode::per_tensor ? "per_tensor_fast"
+         : m == Mode::block    ? "block_1x128_128x128"
+                               : "fused_bias_gelu_e4m3_amax";
+}
+
 struct Result {
   std::string name;
   Shape shape;
   std::string config;
   double ours_ms = 0, cublaslt_ms = 0;
+  double plain_ms = 0;  // fused only: the generated GEMM with a plain bf16 D
   double ours_tflops = 0, cublaslt_tflops = 0;
   double max_error_over_limit = 0;
   bool verified = false;
@@ -106,6 +116,31 @@ Operands make_operands(const Shape& s, bool block, std::uint64_t seed, bool keep
   return o;
 }
 
+// The fused mode's D scale: D is about 0.1 in magnitude, this puts it
+// well inside e4m3's normal range without saturating.
+constexpr float kDScale = 100.0f;
+
+// The fused epilogue's extra operands: a bf16 bias, D's scale and amax.
+struct Epilogue {
+  std::vector<float> bias;
+  DeviceBuffer dbias, scalars;  // scalars: d_scale at 0, amax at 16
+};
+
+Epilogue make_epilogue(const Shape& s) {
+  Epilogue e;
+  std::vector<std::uint16_t> bits(static_cast<std::size_t>(s.n));
+  for (std::int64_t j = 0; j < s.n; ++j) {
+    bits[j] = numerics::float_to_bf16(0.05f * static_cast<float>((j * 37) % 11 - 5));
+    e.bias.push_back(numerics::bf16_to_float(bits[j]));
+  }
+  e.dbias = DeviceBuffer(bits.size() * 2);
+  e.dbias.upload(bits.data(), bits.size() * 2);
+  const float scalars[8] = {kDScale, 0, 0, 0, 0, 0, 0, 0};
+  e.scalars = DeviceBuffer(sizeof scalars);
+  e.scalars.upload(scalars, sizeof scalars);
+  return e;
+}
+
 GemmArgs args_for(const Shape& s, bool block, const Operands& o, CUdeviceptr d) {
   GemmArgs g;
   const Scaling sa = block ? Scaling::block_1x128 : Scaling::per_tensor;
@@ -142,17 +177,91 @@ void reference(const Shape& s, bool block, const Operands& o, std::int64_t i, st
   *abs_sum = mag;
 }
 
+// The fused form of `g`: + bias, GELU, e4m3 D = fp8(D * kDScale), amax.
+GemmArgs fused(GemmArgs g, const Epilogue& e) {
+  g.bias = e.dbias.get();
+  g.bias_type = ElemType::bf16;
+  g.activation = Activation::gelu;
+  g.d_type = ElemType::e4m3;
+  g.d_scale = e.scalars.get();
+  g.d_amax = e.scalars.get() + 16;
+  return g;
+}
+
+double gelu(double z) {
+  return 0.5 * z * (1.0 + std::tanh(0.7978845608028654 * z * (1.0 + 0.044715 * z * z)));
+}
+
 std::vector<std::uint16_t> download_d(const DeviceBuffer& d) {
   std::vector<std::uint16_t> h(d.bytes() / 2);
   d.download(h.data(), d.bytes());
   return h;
 }
 
-Result run_case(GeneratedGemmRunner& ours, GemmRunner& cublaslt, const Shape& s, bool block,
+// The fused mode's check: sampled elements of our e4m3 D against float64
+// (bias, GELU, scale, one FP8 rounding), every element against cuBLASLt's
+// fused D, and both amaxes against the largest sampled |D|.
+bool check_fused(GeneratedGemmRunner& ours, GemmRunner& cublaslt, const Shape& s, const Operands& o,
+                 const Epilogue& e, Stream& stream, double* worst_out) {
+  const std::size_t elements = static_cast<std::size_t>(s.m * s.n);
+  DeviceBuffer d_ours(elements), d_lt(elements);
+  const GemmArgs g_ours = fused(args_for(s, false, o, d_ours.get()), e);
+  const GemmArgs g_lt = fused(args_for(s, false, o, d_lt.get()), e);
+  std::string why;
+  if (!ours.supports(g_ours, &why)) throw std::runtime_error("generated GEMM refuses: " + why);
+  if (!cublaslt.supports(g_lt, &why)) throw std::runtime_error("cuBLASLt refuses: " + why);
+  d_ours.fill(0xFF, stream.get());
+  d_lt.fill(0xFF, stream.get());
+  ours.run(g_ours, stream.get());
+  stream.synchronize();
+  float amax_ours = 0, amax_lt = 0;
+  e.scalars.download(&amax_ours, 4, 16);
+  cublaslt.run(g_lt, stream.get());
+  stream.synchronize();
+  e.scalars.download(&amax_lt, 4, 16);
+  std::vector<unsigned char> got(elements), lt(elements);
+  d_ours.download(got.data(), elements);
+  d_lt.download(lt.data(), elements);
+  double worst = 0, sampled_amax = 0;
+  for (int t = 0; t < 256; ++t) {
+    const std::int64_t i = (t * 7919ll) % s.m, j = (t * 104729ll + t / 3) % s.n;
+    double z, mag;
+    reference(s, false, o, i, j, &z, &mag);
+    z += e.bias[j];
+    const double y = gelu(z);
+    sampled_amax = std::max(sampled_amax, std::fabs(y));
+    const double want = y * kDScale;
+    const double have = numerics::fp8_to_float(got[i * s.n + j], ElemType::e4m3);
+    // Fast accumulation (2^-10 of sum |a b|) through GELU's slope, the
+    // hardware tanh, one e4m3 rounding (2^-4), e4m3's subnormal step.
+    const double limit = (1.13 * mag / 1024 + 5e-4 * (1 + std::fabs(z))) * kDScale +
+                         std::fabs(want) / 16 + 1.0 / 512;
+    worst = std::max(worst, std::fabs(have - want) / limit);
+  }
+  std::size_t differ = 0;
+  for (std::size_t x = 0; x < elements; ++x) {
+    const double a = numerics::fp8_to_float(got[x], ElemType::e4m3);
+    const double b = numerics::fp8_to_float(lt[x], ElemType::e4m3);
+    // Two summation orders and two e4m3 roundings apart.
+    if (!(std::fabs(a - b) <= std::fabs(b) / 8 + 1.0 / 256)) ++differ;
+  }
+  const bool amax_ok =
+      amax_ours >= sampled_amax * (1 - 1.0 / 64) && std::fabs(amax_ours - amax_lt) <= amax_lt / 64;
+  *worst_out = worst;
+  if (worst > 1.0 || differ != 0 || !amax_ok)
+    std::cerr << "fused " << s.m << "x" << s.n << "x" << s.k << ": CHECK FAILED (worst sampled "
+              << worst << " x its limit, " << differ << " elements differ from cuBLASLt, amax "
+              << amax_ours << " against cuBLASLt's " << amax_lt << ", sampled " << sampled_amax
+              << ")\n";
+  return worst <= 1.0 && differ == 0 && amax_ok;
+}
+
+Result run_case(GeneratedGemmRunner& ours, GemmRunner& cublaslt, const Shape& s, Mode mode,
                 int iters) {
+  const bool block = mode == Mode::block;
   Result r;
-  r.name = std::string(block ? "block_1x128_128x128" : "per_tensor_fast") + "_" +
-           std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+  r.name = std::string(mode_name(mode)) + "_" + std::to_string(s.m) + "x" + std::to_string(s.n) +
+           "x" + std::to_string(s.k);
   r.shape = s;
   Stream stream;
   // Enough operand sets that one pass over them is over twice the 60 MB L2.
@@ -196,16 +305,27 @@ Result run_case(GeneratedGemmRunner& ours, GemmRunner& cublaslt, const Shape& s,
     // element or a wrong scale is off by about rms.
     if (!(std::fabs(x - y) <= std::fabs(y) / 64 + rms / 16)) ++differ;
   }
-  const bool ok = worst <= 1.0 && differ == 0;
+  bool ok = worst <= 1.0 && differ == 0;
+  const Epilogue epilogue = make_epilogue(s);
+  if (mode == Mode::fused) {
+    double fused_worst = 0;
+    ok = check_fused(ours, cublaslt, s, operands[0], epilogue, stream, &fused_worst) && ok;
+    worst = std::max(worst, fused_worst);
+    r.config = ours.choice(fused(check_ours, epilogue)).kernel.name() + " on " +
+               std::to_string(ours.launch_ctas(check_ours)) + " CTAs";
+  }
   r.max_error_over_limit = worst;
   r.verified = ok;
   if (!ok)
     std::cerr << r.name << ": CHECK FAILED (worst sampled error " << worst << " x its limit, "
               << differ << " elements differ from cuBLASLt)\n";
 
-  const auto time = [&](GemmRunner& runner, DeviceBuffer& d) {
+  const auto time = [&](GemmRunner& runner, DeviceBuffer& d, bool fuse) {
     std::vector<GemmArgs> all;
-    for (const auto& o : operands) all.push_back(args_for(s, block, o, d.get()));
+    for (const auto& o : operands) {
+      const GemmArgs g = args_for(s, block, o, d.get());
+      all.push_back(fuse ? fused(g, epilogue) : g);
+    }
     for (int w = 0; w < 5; ++w) runner.run(all[w % sets], stream.get());
     std::vector<double> ms;
     for (int it = 0; it < iters; ++it) {
@@ -218,8 +338,10 @@ Result run_case(GeneratedGemmRunner& ours, GemmRunner& cublaslt, const Shape& s,
     }
     return median(ms);
   };
-  r.ours_ms = time(ours, d_ours);
-  r.cublaslt_ms = time(cublaslt, d_lt);
+  const bool fuse = mode == Mode::fused;
+  r.ours_ms = time(ours, d_ours, fuse);
+  r.cublaslt_ms = time(cublaslt, d_lt, fuse);
+  if (fuse) r.plain_ms = time(ours, d_ours, false);
   const double flops = 2.0 * s.m * s.n * s.k;
   r.ours_tflops = flops / (r.ours_ms * 1e-3) / 1e12;
   r.cublaslt_tflops = flops / (r.cublaslt_ms * 1e-3) / 1e12;
@@ -248,7 +370,7 @@ int main(int argc, char** argv) {
       }
       shapes.push_back(s);
     } else {
-      std::cerr << "usage: gemm_bench [--iters N] [--json FILE] [--only per_tensor|block] "
+      std::cerr << "usage: gemm_bench [--iters N] [--json FILE] [--only per_tensor|block|fused] "
                    "[--shape MxNxK]...\n";
       return 2;
     }
@@ -264,14 +386,20 @@ int main(int argc, char** argv) {
     auto cublaslt = make_cublaslt_runner();
     std::vector<Result> results;
     bool all_ok = true;
-    for (bool block : {false, true}) {
-      if (!only.empty() && only != (block ? "block" : "per_tensor")) continue;
+    for (Mode mode : {Mode::per_tensor, Mode::block, Mode::fused}) {
+      const char* key = mode == Mode::per_tensor ? "per_tensor"
+                        : mode == Mode::block    ? "block"
+                                                 : "fused";
+      if (!only.empty() && only != key) continue;
       for (const Shape& s : shapes) {
-        Result r = run_case(*generated, *cublaslt, s, block, iters);
+        Result r = run_case(*generated, *cublaslt, s, mode, iters);
         all_ok = all_ok && r.verified;
         std::printf("%-36s %-54s ours %8.3f ms %7.1f TFLOP/s | cuBLASLt %8.3f ms %7.1f | %.3fx%s\n",
                     r.name.c_str(), r.config.c_str(), r.ours_ms, r.ours_tflops, r.cublaslt_ms,
                     r.cublaslt_tflops, r.cublaslt_ms / r.ours_ms, r.verified ? "" : "  UNVERIFIED");
+        if (mode == Mode::fused)
+          std::printf("%-36s plain bf16 D %8.3f ms: fused runs at %.3fx of plain\n", "", r.plain_ms,
+                      r.plain_ms / r.ours_ms);
         std::fflush(stdout);
         results.push_back(r);
       }
@@ -288,8 +416,11 @@ int main(int argc, char** argv) {
             << ", \"ours_tflops\": " << r.ours_tflops
             << ", \"peer\": \"cublaslt (fp8c runner, heuristic first)\", \"peer_ms\": "
             << r.cublaslt_ms << ", \"peer_tflops\": " << r.cublaslt_tflops
-            << ", \"ratio\": " << r.cublaslt_ms / r.ours_ms
-            << ", \"max_sampled_error_over_limit\": " << r.max_error_over_limit
+            << ", \"ratio\": " << r.cublaslt_ms / r.ours_ms;
+        if (r.plain_ms > 0)
+          out << ", \"plain_generated_ms\": " << r.plain_ms
+              << ", \"fused_over_plain\": " << r.plain_ms / r.ours_ms;
+        out << ", \"max_sampled_error_over_limit\": " << r.max_error_over_limit
             << ", \"verified\": " << (r.verified ? "true" : "false") << "}"
             << (i + 1 < results.size() ? "," : "") << "\n";
       }

@@ -9,6 +9,8 @@
 # A spec the GPU executor refuses by name ("cannot run on the GPU yet", or a
 # GEMM cuBLASLt does not take: "is not supported by cublaslt") is listed as
 # unsupported, not as a failure.
+# FP8C_VERIFY_GEMM=generated (or cublaslt) runs every layer's FP8 GEMMs on that
+# backend (`fp8c verify --gemm`).
 # Writes $OUT/verify_gpu.log (or ./gpu-out/); exits non-zero if a spec fails.
 set -uo pipefail
 build=${1:-build-gpu}
@@ -23,9 +25,9 @@ export build tokens steps out
 one() {
   local file=$1 log="$out/verify/$(basename "$1").log"
   if timeout 300 "$build/tools/fp8c" verify "$file" --device gpu --tokens "$tokens" --steps "$steps" \
-      > "$log" 2>&1; then
+      ${FP8C_VERIFY_GEMM:+--gemm "$FP8C_VERIFY_GEMM"} > "$log" 2>&1; then
     echo "pass $file ($(grep -c ' pass' "$log") checks)"
-  elif grep -q "cannot run on the GPU yet\|is not supported by cublaslt" "$log"; then
+  elif grep -q "cannot run on the GPU yet\|is not supported by cublaslt\|is not supported by generated" "$log"; then
     echo "unsupported $file: $(grep -m1 'needs\|is not supported' "$log")"
   else
     echo "FAIL $file (exit $?)"

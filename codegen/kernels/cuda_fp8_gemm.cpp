@@ -4,6 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "codegen/kernels/cuda_activation.hpp"
 #include "codegen/kernels/device/device_sources.hpp"
 #include "codegen/kernels/fp8_gemm.hpp"
 
@@ -16,8 +17,22 @@ std::string ptx_type(ElemType t) {
   return t == ElemType::e4m3 ? "e4m3" : "e5m2";
 }
 
-int out_code(ElemType d) {
-  return d == ElemType::bf16 ? 0 : d == ElemType::fp16 ? 1 : 2;
+// The device code's element type codes (fp8_gemm_sm90.cuh).
+int type_code(ElemType t) {
+  switch (t) {
+    case ElemType::bf16:
+      return 0;
+    case ElemType::fp16:
+      return 1;
+    case ElemType::fp32:
+      return 2;
+    case ElemType::e4m3:
+      return 3;
+    case ElemType::e5m2:
+      return 4;
+    default:
+      return -1;
+  }
 }
 
 // wgmma m64 x n x k32 with fp32 accumulators: n / 2 registers a thread, one
@@ -59,13 +74,25 @@ std::string Fp8GemmKernel::name() const {
     s << (fast_accumulate ? "pt_fast" : "pt");
   s << "_" << block_m << "x" << block_n << "_s" << stages;
   if (cluster_m > 1) s << "_c" << cluster_m;
+  if (bias) s << "_bias_" << to_string(bias_type);
+  if (activation != Activation::none) s << "_" << to_string(activation);
+  if (aux) s << "_aux_" << to_string(aux_type);
+  if (accumulate) s << "_acc";
+  if (amax) s << "_amax";
   return s.str();
 }
 
 std::string fp8_gemm_problem(const Fp8GemmKernel& k) {
   if (!is_fp8(k.a) || !is_fp8(k.b)) return "operands must be e4m3 or e5m2";
-  if (k.d != ElemType::bf16 && k.d != ElemType::fp16 && k.d != ElemType::fp32)
-    return "D must be bf16, fp16 or fp32, not " + std::string(to_string(k.d));
+  if (!is_high_precision(k.d) && !is_fp8(k.d))
+    return "D must be bf16, fp16, fp32, e4m3 or e5m2, not " + std::string(to_string(k.d));
+  if (k.bias && !is_high_precision(k.bias_type))
+    return "the bias must be bf16, fp16 or fp32, not " + std::string(to_string(k.bias_type));
+  if (k.aux && !is_high_precision(k.aux_type))
+    return "aux must be bf16, fp16 or fp32, not " + std::string(to_string(k.aux_type));
+  if (k.aux && k.activation == Activation::none)
+    return "aux keeps the pre-activation: it needs an activation";
+  if (k.accumulate && is_fp8(k.d)) return "accumulation reads D back: D must be high precision";
   const auto scale_ok = [](int r) { return r == 0 || r == 1 || r == 128; };
   if (!scale_ok(k.a_scale_rows) || !scale_ok(k.b_scale_rows))
     return "scale rows must be 0 (per tensor), 1 (1x128) or 128 (128x128)";
@@ -103,10 +130,15 @@ KernelSource emit_cuda(const Fp8GemmKernel& k) {
     << "constexpr int kAScaleRows = " << k.a_scale_rows << ";\n"
     << "constexpr int kBScaleRows = " << k.b_scale_rows << ";\n"
     << "constexpr bool kPromote = " << (k.promotes() ? "true" : "false") << ";\n"
-    << "constexpr int kOut = " << out_code(k.d) << ";  // 0 bf16, 1 fp16, 2 fp32\n"
+    << "constexpr int kOut = " << type_code(k.d) << ";  // 0 bf16, 1 fp16, 2 fp32, 3 e4m3, 4 e5m2\n"
     << "constexpr int kClusterM = " << k.cluster_m << ";\n"
+    << "constexpr int kBias = " << (k.bias ? type_code(k.bias_type) : -1) << ";\n"
+    << "constexpr int kAux = " << (k.aux ? type_code(k.aux_type) : -1) << ";\n"
+    << "constexpr bool kAccumulate = " << (k.accumulate ? "true" : "false") << ";\n"
+    << "constexpr bool kAmax = " << (k.amax ? "true" : "false") << ";\n"
     << "}  // namespace fp8c_gemm\n"
-    << wgmma_wrapper(k.block_n, k.a, k.b) << "#define FP8C_GEMM_ENTRY " << k.name() << "\n"
+    << cuda_activation_function(k.activation) << wgmma_wrapper(k.block_n, k.a, k.b)
+    << "#define FP8C_GEMM_ENTRY " << k.name() << "\n"
     << device_source::fp8_gemm_sm90_cuh << "\n#undef FP8C_GEMM_ENTRY\n";
   return {k.name(), k.name(), s.str(), {}};
 }

@@ -5,7 +5,12 @@
 // instruction that its tile width and type pair need.
 //
 //   D[M][N] = A[M][K] . B[N][K]^T, A and B FP8 (e4m3 or e5m2, any pairing),
-//   K innermost in both, D bf16, fp16 or fp32.
+//   K innermost in both, D bf16, fp16, fp32, e4m3 or e5m2.
+//
+// The fused epilogue, per element, in this order (each part optional):
+//   v = alpha * acc (+ D, accumulate) (+ bias[n]); aux = v; v = act(v);
+//   amax = max |v|; D = v, or fp8(v * d_scale) saturating for an FP8 D.
+// alpha is the two per-tensor scale_invs, or the block scales per 128 K.
 //
 // Scaling, per operand (a_scale_rows / b_scale_rows):
 //   0    per tensor: one float scale_inv; with fast_accumulate the tensor
@@ -23,6 +28,7 @@
 
 #include "codegen/kernels/kernel_source.hpp"
 #include "fp8c/elem_type.hpp"
+#include "fp8c/spec.hpp"
 
 namespace fp8c {
 
@@ -39,6 +45,15 @@ struct Fp8GemmKernel {
   // 1, or 2: clusters of two CTAs on vertically adjacent tiles sharing (and
   // multicasting) the B tile (fp8_gemm_sm90.cuh).
   int cluster_m = 1;
+  // The epilogue. aux (the pre-activation) needs an activation; accumulate
+  // reads D back, so D must be high precision.
+  bool bias = false;
+  ElemType bias_type = ElemType::bf16;  // bf16, fp16 or fp32
+  Activation activation = Activation::none;
+  bool aux = false;
+  ElemType aux_type = ElemType::bf16;  // bf16, fp16 or fp32
+  bool accumulate = false;
+  bool amax = false;
 
   bool block_scaled() const { return a_scale_rows != 0; }
   bool promotes() const { return block_scaled() || !fast_accumulate; }

@@ -215,6 +215,48 @@ class Lowering {
     return "";
   }
 
+  // Why a GEMM of FP8 operands cannot run on the generated GEMM
+  // (codegen/kernels/fp8_gemm.hpp), or "" when it can. It takes any type
+  // pairing, per-tensor or block scales as the quantize kernels write them
+  // (1x128 row-major, 128x128 packed), any K that TMA can stride (a
+  // multiple of 16 bytes), and fuses every epilogue.
+  std::string generated_gemm_problem(const GemmStep& g) const {
+    const Tensor& a = t(g.a);
+    const Tensor& b = t(g.b);
+    if (a.scaling == Scaling::mx_1x32 || b.scaling == Scaling::mx_1x32)
+      return "the generated GEMM has no MXFP8 (1x32, E8M0) mode yet";
+    if (a.block_scaled() != b.block_scaled())
+      return "one operand is block-scaled and the other is not";
+    const bool segmented = (a.segmented || b.segmented) && g.segmented_k;
+    if ((a.segmented || b.segmented) && !segmented)
+      return "an operand is stored as rank segments along a dim the GEMM does not split";
+    for (const Tensor* op : {&a, &b}) {
+      const auto outer = static_cast<std::size_t>(op->outer_dim());
+      const auto inner = static_cast<std::size_t>(op->inner_dim());
+      const std::uint64_t rows = op->dims[outer].local, k = op->dims[inner].local;
+      if (k % 16 != 0)
+        return op->name + " has K = " + std::to_string(k) +
+               ", not a multiple of 16 (TMA's row stride)";
+      if (segmented && (k % plan_.ranks != 0 || (k / plan_.ranks) % 16 != 0))
+        return "a K segment of " + op->name + " is not a multiple of 16 (TMA's row stride)";
+      if (!op->block_scaled()) continue;
+      const std::uint32_t k_parts = op->block_segments[inner];
+      if (k_parts > 1 && (k % k_parts != 0 || (k / k_parts) % 128 != 0))
+        return op->name + "'s K blocks restart at each of its " + std::to_string(k_parts) +
+               " rank parts, which are not multiples of 128";
+      const std::uint32_t row_parts = op->block_segments[outer];
+      if (op->scaling == Scaling::block_128x128 && row_parts > 1 &&
+          (rows % row_parts != 0 || (rows / row_parts) % 128 != 0))
+        return op->name + "'s 128-row blocks restart at each of its " + std::to_string(row_parts) +
+               " rank parts, which are not multiples of 128";
+      if (segmented && op->scaling != Scaling::block_1x128)
+        return op->name + " is 128x128-scaled in a GEMM read one K segment at a time";
+      if (segmented && (k % plan_.ranks != 0 || (k / plan_.ranks) % 128 != 0))
+        return "a K segment of " + op->name + " is not a multiple of 128";
+    }
+    return "";
+  }
+
   // A 1x128 operand's scales in the order cuBLASLt reads, where they differ
   // (one transpose per rank segment of a segmented operand, in one launch).
   void block_scale_layout(LoweredStep& l, LaunchRole role, const Tensor& op) {
@@ -238,6 +280,19 @@ class Lowering {
   }
 
   void gemm(LoweredStep& l, const GemmStep& g) {
+    if (layer_.gemm == GemmBackend::generated && !g.high_precision) {
+      if (!options_.generated_gemm) {
+        unsupported("gemm = generated: " + options_.no_generated_gemm);
+      } else if (const std::string why = generated_gemm_problem(g); why.empty()) {
+        return generated_gemm(l, g);
+      } else {
+        note_once(std::string(to_string(g.role)) + ": on cuBLASLt, not the generated GEMM: " + why);
+      }
+    }
+    cublaslt_gemm(l, g);
+  }
+
+  void cublaslt_gemm(LoweredStep& l, const GemmStep& g) {
     GemmCall c;
     c.role = g.role;
     const Tensor& a = t(g.a);
@@ -248,6 +303,9 @@ class Lowering {
     bool block_fp8 = false;
     if (g.high_precision) {
       c.operands = GemmCall::Operands::high_precision;
+      if (layer_.gemm == GemmBackend::generated)
+        note_once(std::string(to_string(g.role)) +
+                  ": high-precision operands on cuBLASLt (the generated GEMM is FP8 only)");
     } else if (a.block_scaled() || b.block_scaled()) {
       if (const std::string why = block_gemm_problem(g); why.empty()) {
         block_fp8 = true;
@@ -294,6 +352,40 @@ class Lowering {
     } else {
       c.activation = e.activation;
     }
+    place(l, g, c);
+  }
+
+  // `gemm = generated`, FP8 operands the generated GEMM takes: every
+  // epilogue fused, block scales read as quantized.
+  void generated_gemm(LoweredStep& l, const GemmStep& g) {
+    GemmCall c;
+    c.backend = "generated";
+    c.role = g.role;
+    const Tensor& a = t(g.a);
+    const Tensor& b = t(g.b);
+    if ((a.block_scaled() || b.block_scaled()) && (a.segmented || b.segmented) && g.segmented_k) {
+      // Rank segments are read one K range at a time, which K-block-major
+      // 1x128 scales give as a contiguous range (as for cuBLASLt).
+      block_scales_ = 0;
+      block_scale_layout(l, LaunchRole::scale_layout_a, a);
+      block_scale_layout(l, LaunchRole::scale_layout_b, b);
+      out_.staging.block_scales = std::max(out_.staging.block_scales, block_scales_);
+    }
+    const OutputEpilogue& e = g.epilogue;
+    c.bias = e.bias != kNoTensor;
+    c.fp8_output = e.out_scale != kNoTensor;
+    c.activation = e.activation;
+    note_once(std::string(to_string(g.role)) + ": " + std::string(to_string(a.scaling)) + " x " +
+              std::string(to_string(b.scaling)) +
+              " operands in the generated GEMM, its epilogue fused");
+    place(l, g, c);
+  }
+
+  // Segments, and the GEMM's place among the step's launches.
+  void place(LoweredStep& l, const GemmStep& g, GemmCall c) {
+    const Tensor& a = t(g.a);
+    const Tensor& b = t(g.b);
+    const OutputEpilogue& e = g.epilogue;
     const bool segmented = (a.segmented || b.segmented) && g.segmented_k;
     if (segmented) {
       c.segments = plan_.ranks;
@@ -412,6 +504,10 @@ const std::vector<LoweredStep>& LoweredLayer::pass(std::string_view name) const 
 
 LowerOptions lower_options_for(const Target& target) {
   LowerOptions o;
+  if (!(target.sm == 90 && target.arch_specific)) {
+    o.generated_gemm = false;
+    o.no_generated_gemm = "the generated GEMM is built for sm_90a; the target is " + target.str();
+  }
   if (target.sm != 90) {
     o.block_scaled_gemm = false;
     o.no_block_scaled_gemm =

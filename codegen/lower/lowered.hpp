@@ -55,7 +55,7 @@ struct GemmCall {
     dequantized,     // block-scaled operands the backend cannot read: the
                      // dequantize_a/b launches before it write them to staging
   };
-  std::string backend = "cublaslt";
+  std::string backend = "cublaslt";  // or "generated" (runtime/gemm/generated_gemm.hpp)
   GemmRole role = GemmRole::fprop;
   Operands operands = Operands::fp8;
   // The backend's epilogue: bias, GELU with its pre-activation as aux, FP8
@@ -148,6 +148,10 @@ struct LowerOptions {
   // operands are dequantized, and the notes give this reason.
   bool block_scaled_gemm = true;
   std::string no_block_scaled_gemm;
+  // fp8c's generated GEMM (sm_90a), which layers with `gemm = generated` run
+  // their FP8 GEMMs on. Without it such a layer is refused with this reason.
+  bool generated_gemm = true;
+  std::string no_generated_gemm;
 };
 
 // What a spec's target offers: cuBLASLt's block-scaled mode is Hopper's
@@ -160,8 +164,11 @@ LowerOptions lower_options_for(const Target& target);
 // and GELU epilogues, FP8 output with amax; block-scaled FP8 (1x128 /
 // 128x128) with a bias where the shapes and the options allow it, operands
 // dequantized to the layer dtype otherwise (MXFP8 always: Hopper's cuBLASLt
-// has no MX GEMM), each such choice in the notes. (A second backend, fp8c's
-// generated GEMMs, becomes a choice here.)
+// has no MX GEMM), each such choice in the notes. A layer with
+// `gemm = generated` runs its FP8 GEMMs on fp8c's generated GEMM instead
+// (backend "generated"): block scales as quantized, every epilogue fused;
+// its high-precision GEMMs, and block-scaled ones the generated GEMM has no
+// mode for (MXFP8), stay on cuBLASLt, said in the notes.
 LoweredLayer lower_layer(const Layer& layer, const LayerPlan& plan,
                          const LowerOptions& options = {});
 LoweredPlan lower_plan(const Spec& spec, const Plan& plan);

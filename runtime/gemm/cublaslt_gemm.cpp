@@ -381,6 +381,11 @@ LowerOptions cublaslt_lower_options() {
   const int sm = current_sm();
   const CublasLtApi& api = cublaslt();
   LowerOptions o;
+  if (sm != 90) {
+    o.generated_gemm = false;
+    o.no_generated_gemm =
+        "the generated GEMM is built for sm_90a (Hopper); this GPU is sm_" + std::to_string(sm);
+  }
   if (const char* env = std::getenv("FP8C_BLOCK_SCALED_GEMM"); env && std::string(env) == "0") {
     o.block_scaled_gemm = false;
     o.no_block_scaled_gemm = "FP8C_BLOCK_SCALED_GEMM=0";

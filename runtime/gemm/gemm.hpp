@@ -101,7 +101,8 @@ std::unique_ptr<GemmRunner> make_cublaslt_runner();
 std::unique_ptr<GemmRunner> make_cublaslt_runner(const std::vector<std::string>& sonames);
 
 // What the default cuBLASLt on the current context's GPU lets the lowering
-// use: its block-scaled GEMM needs version 12.9 or newer and sm_90.
+// use: its block-scaled GEMM needs version 12.9 or newer and sm_90; and
+// whether the GPU can run the generated GEMM (sm_90).
 // FP8C_BLOCK_SCALED_GEMM=0 turns it off (block-scaled operands dequantized,
 // as before it was used: for comparison, or around a library that
 // misbehaves). Throws Unavailable as make_cublaslt_runner() does.

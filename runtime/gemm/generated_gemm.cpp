@@ -51,6 +51,29 @@ std::string operand_problem(const GemmOperand& o, const char* which) {
   return {};
 }
 
+std::string args_problem(const GemmArgs& g) {
+  if (std::string p = operand_problem(g.a, "A"); !p.empty()) return p;
+  if (std::string p = operand_problem(g.b, "B"); !p.empty()) return p;
+  if (g.a.k != g.b.k) return "A and B disagree on K";
+  if ((g.a.scaling == Scaling::per_tensor) != (g.b.scaling == Scaling::per_tensor))
+    return "one operand per-tensor and one block-scaled";
+  if (g.d == 0) return "no D";
+  // Elements are written two at a time: pairs must be aligned.
+  const auto pairs_fit = [&](CUdeviceptr at, std::int64_t ld, ElemType t) {
+    return ld >= g.b.rows && ld % 2 == 0 &&
+           aligned(at, static_cast<unsigned>(2 * element_bytes(t)));
+  };
+  if (!pairs_fit(g.d, g.ldd, g.d_type))
+    return "D: the leading dimension must be even and at least N, and D aligned to two elements";
+  if (is_fp8(g.d_type) && g.d_scale == 0) return "an FP8 D needs d_scale";
+  if (g.bias && g.bias % element_bytes(g.bias_type) != 0) return "the bias is misaligned";
+  if (g.aux && !pairs_fit(g.aux, g.ld_aux, g.aux_type))
+    return "aux: the leading dimension must be even and at least N, and aux aligned to two "
+           "elements";
+  if (g.d_amax % 4 != 0) return "d_amax is misaligned";
+  return {};
+}
+
 class Runner final : public GeneratedGemmRunner {
  public:
   Runner(const Jit& jit, bool clusters) : jit_(jit) {
@@ -64,25 +87,17 @@ class Runner final : public GeneratedGemmRunner {
   std::string_view name() const override { return "generated"; }
 
   bool supports(const GemmArgs& g, std::string* why) const override {
-    std::string problem = args_problem(g);
-    if (problem.empty()) problem = fp8_gemm_problem(choice(g).kernel);
+    std::string problem;
+    if (jit_.arch() != "sm_90a")
+      problem = "the generated GEMM is built for sm_90a (Hopper); this GPU is " + jit_.arch();
+    else
+      problem = generated_gemm_problem(g, clusters_, sms_);
     if (why) *why = problem;
     return problem.empty();
   }
 
   Fp8GemmChoice choice(const GemmArgs& g) const override {
-    Fp8GemmShape shape;
-    shape.m = g.a.rows;
-    shape.n = g.b.rows;
-    shape.k = g.a.k;
-    shape.form.a = g.a.type;
-    shape.form.b = g.b.type;
-    shape.form.d = g.d_type;
-    shape.form.a_scale_rows = scale_rows(g.a.scaling);
-    shape.form.b_scale_rows = scale_rows(g.b.scaling);
-    shape.form.fast_accumulate = g.a.scaling == Scaling::per_tensor && g.fast_accumulate;
-    shape.clusters = clusters_;
-    return choose_fp8_gemm(shape, sms_);
+    return generated_gemm_choice(g, clusters_, sms_);
   }
 
   const CompiledKernel& compiled(const Fp8GemmKernel& kernel) override {
@@ -100,6 +115,11 @@ class Runner final : public GeneratedGemmRunner {
     encode(&p.b, g.b, c.kernel.block_n / c.kernel.cluster_m);  // each CTA loads its share
     p.d = g.d;
     p.ldd = g.ldd;
+    p.bias = g.bias;
+    p.aux = g.aux;
+    p.ld_aux = g.ld_aux;
+    p.d_scale = g.d_scale;
+    p.d_amax = g.d_amax;
     p.a_scale = g.a.scale_inv;
     p.b_scale = g.b.scale_inv;
     set_scale_strides(g.a, &p.a_scale_row_stride, &p.a_scale_kblock_stride);
@@ -108,6 +128,10 @@ class Runner final : public GeneratedGemmRunner {
     p.n = static_cast<int>(g.b.rows);
     p.k = static_cast<int>(g.a.k);
     p.tile_group = c.tile_group;
+
+    // The kernel raises the amax with atomicMax from zero; cuBLASLt's
+    // contract (and GemmArgs') is that d_amax is written, not raised.
+    if (g.d_amax) FP8C_CU(driver().cuMemsetD8Async(g.d_amax, 0, 4, stream));
 
     void* args[] = {&p};
     if (c.kernel.cluster_m == 1) {
@@ -142,28 +166,6 @@ class Runner final : public GeneratedGemmRunner {
   }
 
  private:
-  std::string args_problem(const GemmArgs& g) const {
-    if (jit_.arch() != "sm_90a")
-      return "the generated GEMM is built for sm_90a (Hopper); this GPU is " + jit_.arch();
-    if (std::string p = operand_problem(g.a, "A"); !p.empty()) return p;
-    if (std::string p = operand_problem(g.b, "B"); !p.empty()) return p;
-    if (g.a.k != g.b.k) return "A and B disagree on K";
-    if ((g.a.scaling == Scaling::per_tensor) != (g.b.scaling == Scaling::per_tensor))
-      return "one operand per-tensor and one block-scaled";
-    if (g.d == 0) return "no D";
-    if (g.d_type != ElemType::bf16 && g.d_type != ElemType::fp16 && g.d_type != ElemType::fp32)
-      return "D is " + std::string(to_string(g.d_type)) +
-             "; the generated GEMM writes bf16, fp16 or fp32 (FP8 D is a fused epilogue to come)";
-    const unsigned pair_bytes = 2 * static_cast<unsigned>(element_bytes(g.d_type));
-    if (g.ldd < g.b.rows || g.ldd % 2 != 0 || !aligned(g.d, pair_bytes))
-      return "D: the leading dimension must be even and at least N, and D aligned to two elements";
-    if (g.bias || g.activation != Activation::none || g.aux || g.accumulate || g.d_scale ||
-        g.d_amax)
-      return "bias, activation, aux, accumulation and amax are not fused into the generated GEMM "
-             "yet";
-    return {};
-  }
-
   const LoadedKernel& loaded(const Fp8GemmKernel& kernel) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto& slot = kernels_[kernel.name()];
@@ -249,6 +251,33 @@ class Runner final : public GeneratedGemmRunner {
 };
 
 }  // namespace
+
+Fp8GemmChoice generated_gemm_choice(const GemmArgs& g, bool clusters, int sms) {
+  Fp8GemmShape shape;
+  shape.m = g.a.rows;
+  shape.n = g.b.rows;
+  shape.k = g.a.k;
+  shape.form.a = g.a.type;
+  shape.form.b = g.b.type;
+  shape.form.d = g.d_type;
+  shape.form.a_scale_rows = scale_rows(g.a.scaling);
+  shape.form.b_scale_rows = scale_rows(g.b.scaling);
+  shape.form.fast_accumulate = g.a.scaling == Scaling::per_tensor && g.fast_accumulate;
+  shape.form.bias = g.bias != 0;
+  if (g.bias) shape.form.bias_type = g.bias_type;
+  shape.form.activation = g.activation;
+  shape.form.aux = g.aux != 0;
+  if (g.aux) shape.form.aux_type = g.aux_type;
+  shape.form.accumulate = g.accumulate;
+  shape.form.amax = g.d_amax != 0;
+  shape.clusters = clusters;
+  return choose_fp8_gemm(shape, sms);
+}
+
+std::string generated_gemm_problem(const GemmArgs& g, bool clusters, int sms) {
+  if (std::string p = args_problem(g); !p.empty()) return p;
+  return fp8_gemm_problem(generated_gemm_choice(g, clusters, sms).kernel);
+}
 
 std::unique_ptr<GeneratedGemmRunner> make_generated_gemm_runner(const Jit& jit, bool clusters) {
   return std::make_unique<Runner>(jit, clusters);

@@ -31,12 +31,20 @@ class GeneratedGemmRunner : public GemmRunner {
 //    rows 16-byte aligned;
 //  - both per-tensor (fast or promoted accumulation), or both block-scaled
 //    with 1x128 and/or 128x128 fp32 scales (either 1x128 order);
-//  - D bf16, fp16 or fp32, written whole (no bias, activation, aux,
-//    accumulation, FP8 D or amax yet: the fused epilogues are issue 13's
-//    item 3).
+//  - D bf16, fp16, fp32 (pairs of elements aligned), or e4m3/e5m2 with its
+//    d_scale;
+//  - every epilogue GemmArgs describes, fused: bias (bf16, fp16, fp32), any
+//    activation with its pre-activation as aux, accumulation into a
+//    high-precision D, and the amax (written: zeroed on `stream` first).
 // `clusters` (or FP8C_GEMM_CLUSTERS=1) lets the heuristic pick clusters of two
 // CTAs sharing B (fp8_gemm_heuristic.hpp: measured slower so far).
 std::unique_ptr<GeneratedGemmRunner> make_generated_gemm_runner(const Jit& jit,
                                                                 bool clusters = false);
+
+// What the runner decides, without a GPU (for the lowering's tests and
+// tools): the configuration for `args` on an sm_90a GPU of `sms` SMs, and
+// why the generated GEMM cannot run `args` there ("" when it can).
+Fp8GemmChoice generated_gemm_choice(const GemmArgs& args, bool clusters, int sms);
+std::string generated_gemm_problem(const GemmArgs& args, bool clusters, int sms);
 
 }  // namespace fp8c::runtime

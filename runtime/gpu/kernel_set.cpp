@@ -5,8 +5,8 @@
 
 namespace fp8c::runtime {
 
-KernelSet::KernelSet(const Jit& jit, const std::vector<GeneratedKernel>& kernels,
-                     unsigned threads) {
+KernelSet::KernelSet(const Jit& jit, const std::vector<GeneratedKernel>& kernels, unsigned threads)
+    : jit_(jit) {
   // Compile everything in parallel first; the launchers below then read the
   // cubins back from the cache.
   std::vector<KernelSource> sources;

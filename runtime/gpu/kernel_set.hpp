@@ -36,6 +36,10 @@ class KernelSet {
   const EpilogueLauncher& epilogue(const EpilogueKernel& k) const;
   const DequantizeLauncher& dequantize(const DequantizeKernel& k) const;
 
+  // The JIT it was compiled with (which must outlive the set), for the
+  // kernels compiled per call: the generated GEMMs.
+  const Jit& jit() const { return jit_; }
+
   // Compile statistics, in the order given (for `fp8c bench` and logs).
   const std::vector<CompiledKernel>& compiled() const { return compiled_; }
 
@@ -43,6 +47,7 @@ class KernelSet {
   template <typename L>
   const L& find(const std::map<std::string, std::unique_ptr<L>>& m, const std::string& name) const;
 
+  const Jit& jit_;
   std::vector<CompiledKernel> compiled_;
   std::map<std::string, std::unique_ptr<QuantizeLauncher>> quantize_;
   std::map<std::string, std::unique_ptr<BlockQuantizeLauncher>> block_quantize_;

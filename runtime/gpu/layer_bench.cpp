@@ -10,6 +10,7 @@
 #include "codegen/plan/planner.hpp"
 #include "runtime/comm/local_device_group.hpp"
 #include "runtime/gemm/gemm.hpp"
+#include "runtime/gemm/generated_gemm.hpp"
 #include "runtime/gpu/kernel_set.hpp"
 #include "runtime/gpu/layer_state.hpp"
 #include "runtime/gpu/rank_executor.hpp"
@@ -67,6 +68,7 @@ std::vector<LayerBenchResult> bench_layers(const Spec& spec, const Device& devic
   }
   DeviceCommunicator* comm = o.comm ? o.comm : own.get();
   auto gemm = make_cublaslt_runner();
+  auto generated = make_generated_gemm_runner(jit);
   Stream stream, comm_stream;
   std::vector<LayerBenchResult> results;
   for (const auto& lp : plan.layers) {
@@ -79,7 +81,8 @@ std::vector<LayerBenchResult> bench_layers(const Spec& spec, const Device& devic
     KernelSet kernels(jit, lowered.kernels);
     DeviceLayerState state(layer, lp);
     GpuRankExecutor exec(layer, lp, lowered,
-                         {kernels, *comm, *gemm, stream.get(), comm_stream.get()}, state);
+                         {kernels, *comm, *gemm, stream.get(), comm_stream.get(), generated.get()},
+                         state);
     // Two sets of inputs, used in turn.
     std::map<int, std::vector<DeviceBuffer>> inputs;
     for (const int id : {lp.io.x, lp.io.w, lp.io.b, lp.io.dy}) {

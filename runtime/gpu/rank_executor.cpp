@@ -668,15 +668,22 @@ std::string describe(const GemmArgs& g) {
 
 }  // namespace
 
-void GpuRankExecutor::run_gemm(const GemmStep& s, const GemmArgs& g) {
+void GpuRankExecutor::run_gemm(const GemmStep& s, const GemmCall& call, const GemmArgs& g) {
+  GemmRunner* runner = call.backend == "cublaslt"    ? &r_.gemm
+                       : call.backend == "generated" ? r_.generated
+                                                     : nullptr;
+  if (!runner)
+    throw ExecutorError("gpu executor: layer '" + layer_.name +
+                        "': " + std::string(to_string(s.role)) + " GEMM on '" + call.backend +
+                        "', which this executor was not given a runner for");
   std::string why;
-  if (!r_.gemm.supports(g, &why))
+  if (!runner->supports(g, &why))
     throw ExecutorError("gpu executor: layer '" + layer_.name +
                         "': " + std::string(to_string(s.role)) + " GEMM of " +
                         plan_.tensor(s.a).name + " and " + plan_.tensor(s.b).name +
-                        " is not supported by " + std::string(r_.gemm.name()) + ": " + why);
+                        " is not supported by " + std::string(runner->name()) + ": " + why);
   try {
-    r_.gemm.run(g, r_.stream);
+    runner->run(g, r_.stream);
   } catch (const std::exception& e) {
     throw ExecutorError("gpu executor: layer '" + layer_.name +
                         "': " + std::string(to_string(s.role)) + " GEMM (" + describe(g) +
@@ -738,7 +745,7 @@ void GpuRankExecutor::gemm(const GemmStep& s, const LoweredStep& l) {
     g.b = dequantized_operand(
         s.b, k_dim(s.role, 1), kb,
         operand_scratch_.get() + round_up(ta.elements() * element_bytes(ka.output), 256));
-    run_gemm(s, g);
+    run_gemm(s, *call, g);
   } else if (call->segments <= 1) {
     g.a = operand(s.a, k_dim(s.role, 0));
     g.b = operand(s.b, k_dim(s.role, 1));
@@ -747,7 +754,7 @@ void GpuRankExecutor::gemm(const GemmStep& s, const LoweredStep& l) {
     next = k_block_major_scales(l, LaunchRole::scale_layout_b, s.b, g.b, next);
     next = padded_tile_scales(call->pad_scales_a, g.a, next);
     padded_tile_scales(call->pad_scales_b, g.b, next);
-    run_gemm(s, g);
+    run_gemm(s, *call, g);
   } else {
     // A segmented operand ([ranks][rows][k / ranks], gathered along K) is
     // read one rank segment at a time, accumulating into D.
@@ -780,7 +787,7 @@ void GpuRankExecutor::gemm(const GemmStep& s, const LoweredStep& l) {
       g.a = view(a, plan_.tensor(s.a));
       g.b = view(b, plan_.tensor(s.b));
       g.accumulate = s.accumulate || r > 0;
-      run_gemm(s, g);
+      run_gemm(s, *call, g);
     }
   }
   if (after)

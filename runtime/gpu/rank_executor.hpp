@@ -37,7 +37,7 @@ using ExecutorError = cpu::ExecutorError;
 struct RankResources {
   const KernelSet& kernels;
   DeviceCommunicator& comm;
-  GemmRunner& gemm;
+  GemmRunner& gemm;  // cuBLASLt: GEMM calls on "cublaslt"
   CUstream stream = nullptr;
   // Where collectives run when the lowered layer puts them on the
   // communication stream (overlap = bulk, ring): each waits only for the
@@ -45,6 +45,10 @@ struct RankResources {
   // output waits for that collective, so the all-gather of one input runs
   // beside the cast of another. Null: every step on `stream`, in plan order.
   CUstream comm_stream = nullptr;
+  // The generated GEMM, for the GEMM calls the lowering puts on it (layers
+  // with `gemm = generated`); null where the GPU cannot run it, and then
+  // such a call is an ExecutorError.
+  GemmRunner* generated = nullptr;
 };
 
 // A layer's lowering with `options` (on a GPU: cublaslt_lower_options(), what
@@ -110,7 +114,7 @@ class GpuRankExecutor {
   void quantize(const QuantizeStep& s, const LoweredStep& l);
   void amax(const AmaxStep& s, const LoweredStep& l);
   void gemm(const GemmStep& s, const LoweredStep& l);
-  void run_gemm(const GemmStep& s, const GemmArgs& g);
+  void run_gemm(const GemmStep& s, const GemmCall& call, const GemmArgs& g);
   void permute(const PermuteStep& s, const LoweredStep& l);
   void collective(const Step& s);
   void scale_update(const ScaleUpdateStep& s, const LoweredStep& l);

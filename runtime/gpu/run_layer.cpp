@@ -8,6 +8,7 @@
 #include "runtime/comm/local_device_group.hpp"
 #include "runtime/cpu/tensor_store.hpp"
 #include "runtime/gemm/gemm.hpp"
+#include "runtime/gemm/generated_gemm.hpp"
 #include "runtime/gpu/kernel_set.hpp"
 #include "runtime/gpu/layer_state.hpp"
 #include "runtime/gpu/rank_executor.hpp"
@@ -22,13 +23,15 @@ std::vector<cpu::RankStepResult> run_rank_on_gpu(const KernelSet& kernels, Devic
   const int r = comm.rank();
   Stream stream, comm_stream;
   std::unique_ptr<GemmRunner> gemm = make_cublaslt_runner();
+  std::unique_ptr<GemmRunner> generated = make_generated_gemm_runner(kernels.jit());
   DeviceLayerState state(layer, plan);
   state.upload(initial);
   std::vector<cpu::RankStepResult> results;
   // One executor for every step, as a Session keeps one per layer.
   const LoweredLayer lowered = lower_for_gpu(layer, plan, cublaslt_lower_options());
   GpuRankExecutor exec(layer, plan, lowered,
-                       {kernels, comm, *gemm, stream.get(), comm_stream.get()}, state);
+                       {kernels, comm, *gemm, stream.get(), comm_stream.get(), generated.get()},
+                       state);
   for (std::size_t i = 0; i < steps.size(); ++i) {
     if (i == 0 && r == options.fail_rank)
       throw ExecutorError("gpu executor: rank " + std::to_string(r) +

@@ -230,6 +230,13 @@ TEST(CpuVerifyCommand, ErrorsAndUsage) {
   EXPECT_NE(r.out.find("not divisible by 4 ranks"), std::string::npos) << r.out;
   EXPECT_EQ(run_tool("verify " + f + " --bogus").status, 2);
   EXPECT_EQ(run_tool("verify " + f + " --backend nccl").status, 2);
+  // --gemm picks the GPU's GEMM backend: a word it knows, and only on the GPU.
+  r = run_tool("verify " + f + " --device gpu --gemm cutlass");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("--gemm must be cublaslt or generated"), std::string::npos) << r.out;
+  r = run_tool("verify " + f + " --gemm generated");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("--gemm needs --device gpu"), std::string::npos) << r.out;
   EXPECT_EQ(run_tool("verify").status, 2);
   EXPECT_EQ(run_tool("verify " + f + " --layer nope").status, 1);
   r = run_tool("verify " + ::fp8c::testing::examples_dir() + "/gpt_mlp.fp8 --tokens 16");

@@ -53,6 +53,49 @@ TEST_P(GpuMatrix, GpuEqualsCpuReference) {
 INSTANTIATE_TEST_SUITE_P(All, GpuMatrix, ::testing::ValuesIn(cpu::testing::matrix_cases()),
                          cpu::testing::matrix_case_name);
 
+// The same matrix with `gemm = generated` (fp8c's own FP8 GEMM, its
+// epilogue fused: SiLU on row layers, which cuBLASLt cannot fuse), ranks up
+// to 4; every FP8 recipe but MXFP8 must put its GEMMs on it.
+class GpuMatrixGenerated : public ::testing::TestWithParam<cpu::testing::MatrixCase> {};
+
+TEST_P(GpuMatrixGenerated, GpuEqualsCpuReference) {
+  REQUIRE_GPU();
+  if (gpu().device->arch() != "sm_90a")
+    GTEST_SKIP() << "the generated GEMM needs sm_90a; this GPU is " << gpu().device->arch();
+  const cpu::testing::MatrixCase& c = GetParam();
+  const bool column = c.mode == "column";
+  const Spec spec = spec_from(layer_text(
+      c.recipe, c.mode, c.sp, c.ranks, column ? 256 : 1024, column ? 1024 : 256,
+      std::string("bias = true  gemm = generated  activation = ") + (column ? "gelu" : "silu")));
+  PlanOptions po;
+  po.ranks = static_cast<std::uint32_t>(c.ranks);
+  po.tokens = 1024;
+  const Plan plan = plan_spec(spec, po);
+  const LoweredLayer lowered =
+      lower_for_gpu(spec.layers[0], plan.layers[0], cublaslt_lower_options());
+  int generated = 0;
+  for (const auto* pass : {&lowered.forward, &lowered.backward})
+    for (const auto& step : *pass)
+      for (const auto& a : step.actions)
+        if (const auto* g = std::get_if<GemmCall>(&a)) generated += g->backend == "generated";
+  const bool fp8 = c.recipe != "none" && c.recipe != "mxfp8";
+  EXPECT_EQ(generated, fp8 ? 3 : 0);
+  cpu::VerifyOptions o;
+  o.tokens = 1024;
+  o.steps = c.recipe.rfind("delayed", 0) == 0 ? 3 : 1;
+  expect_passes(spec, o);
+}
+
+std::vector<cpu::testing::MatrixCase> generated_matrix_cases() {
+  std::vector<cpu::testing::MatrixCase> cases;
+  for (const auto& c : cpu::testing::matrix_cases())
+    if (c.ranks <= 4) cases.push_back(c);
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, GpuMatrixGenerated, ::testing::ValuesIn(generated_matrix_cases()),
+                         cpu::testing::matrix_case_name);
+
 class GpuExamples : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GpuExamples, GpuEqualsCpuReference) {
@@ -99,6 +142,27 @@ TEST(GpuExecutor, BlockScaledFp8GemmsPassTheSameChecks) {
       expect_passes(spec, o);
     }
 }
+
+// Every example with each layer on `gemm = generated`.
+class GpuExamplesGenerated : public GpuExamples {};
+
+TEST_P(GpuExamplesGenerated, GpuEqualsCpuReference) {
+  REQUIRE_GPU();
+  if (gpu().device->arch() != "sm_90a")
+    GTEST_SKIP() << "the generated GEMM needs sm_90a; this GPU is " << gpu().device->arch();
+  Spec spec = load_spec(::fp8c::testing::examples_dir() + "/" + GetParam() + ".fp8");
+  for (Layer& layer : spec.layers) layer.gemm = GemmBackend::generated;
+  cpu::VerifyOptions o;
+  o.tokens = 64;
+  o.steps = 2;
+  o.force = true;
+  expect_passes(spec, o);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, GpuExamplesGenerated,
+                         ::testing::Values("ada_delayed", "current_scaling_debug",
+                                           "single_gpu_reference", "blockwise_mlp", "mxfp8_proj",
+                                           "gpt_mlp", "attention_out_then_mlp"));
 
 INSTANTIATE_TEST_SUITE_P(All, GpuExamples,
                          ::testing::Values("ada_delayed", "current_scaling_debug",

@@ -11,15 +11,18 @@
 
 #include <unistd.h>
 #include "../cpu/cpu_test_support.hpp"
+#include "../runtime/compile_check.hpp"
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "api/session_plan.hpp"
 #include "codegen/plan/planner.hpp"
 #include "fp8c/dsl.hpp"
 #include "runtime/gemm/cublaslt_requirements.hpp"
+#include "runtime/gemm/generated_gemm.hpp"
 #include "runtime/gpu/rank_executor.hpp"
 #include "tests/test_paths.hpp"
 
@@ -254,10 +257,13 @@ GemmArgs executor_args(const LayerPlan& lp, const GemmStep& g, const GemmCall& c
     args.aux_type = z.type;
     args.ld_aux = static_cast<std::int64_t>(z.dims[1].local);
   }
+  if (e.out_scale != kNoTensor) args.d_scale = 0x60000;
+  if (e.out_amax != kNoTensor) args.d_amax = 0x70000;
   if (c.activation_after) {  // the GEMM writes z; a kernel makes y
     args.d_type = args.aux_type;
     args.ldd = args.ld_aux;
     args.aux = 0;
+    args.d_scale = args.d_amax = 0;
   }
   args.accumulate = g.accumulate || segment > 0;
   return args;
@@ -313,6 +319,74 @@ TEST(ExecutorLogic, EveryBlockScaledFp8GemmIsOneCublasLtTakes) {
   }
   EXPECT_GT(checked, 100);
   EXPECT_GT(fallbacks, 0);  // MXFP8, and 1056 tokens' partial K blocks
+}
+
+// Every spec (examples, tests/specs) with each layer on `gemm = generated`,
+// at several ranks and token counts: every GEMM the lowering gives the
+// generated GEMM is one it takes (generated_gemm_problem, the H200's 132
+// SMs); the FP8 GEMMs it keeps on cuBLASLt say why in the notes; and every
+// configuration the generated GEMM would pick compiles for sm_90a with no
+// spills.
+TEST(ExecutorLogic, EveryGeneratedGemmIsOneItTakesAndCompiles) {
+  std::vector<std::string> files;
+  for (const char* dir : {"examples", "tests/specs"})
+    for (const auto& entry : std::filesystem::directory_iterator(::fp8c::testing::source_path(dir)))
+      if (entry.path().extension() == ".fp8") files.push_back(entry.path().string());
+  std::map<std::string, KernelSource> configurations;
+  int generated = 0, kept = 0;
+  for (const auto& file : files) {
+    // Lowered for an H200 whatever the spec's target (MXFP8 specs name Blackwell).
+    Spec spec = load_spec(file);
+    for (Layer& layer : spec.layers) layer.gemm = GemmBackend::generated;
+    for (std::uint32_t ranks : {1u, 2u, 4u, 8u})
+      for (std::uint64_t tokens : {1024u, 1056u, 4096u}) {
+        Plan plan;
+        try {
+          plan = plan_spec(spec, {ranks, tokens});
+        } catch (const PlanError&) {
+          continue;  // does not split that way
+        }
+        for (const LayerPlan& lp : plan.layers) {
+          const LoweredLayer low = lower_layer(*spec.find_layer(lp.layer), lp, {});
+          for (const auto& [steps, lowered] :
+               {std::pair{&lp.forward, &low.forward}, std::pair{&lp.backward, &low.backward}})
+            for (std::size_t i = 0; i < steps->size(); ++i) {
+              const auto* g = (*steps)[i].as<GemmStep>();
+              if (!g) continue;
+              const GemmCall* c = nullptr;
+              for (const auto& a : (*lowered)[i].actions)
+                if (const auto* x = std::get_if<GemmCall>(&a)) c = x;
+              ASSERT_NE(c, nullptr);
+              const std::string where = file + " at " + std::to_string(ranks) + " ranks, " +
+                                        std::to_string(tokens) + " tokens, layer " + lp.layer +
+                                        " " + std::string(to_string(g->role));
+              if (c->backend != "generated") {
+                EXPECT_EQ(c->backend, "cublaslt");
+                if (!g->high_precision) {
+                  EXPECT_TRUE(has_note(low, "not the generated GEMM")) << where;
+                  ++kept;
+                }
+                continue;
+              }
+              EXPECT_FALSE(g->high_precision) << where;
+              EXPECT_FALSE(c->activation_after) << where;
+              for (std::int64_t r = 0; r < static_cast<std::int64_t>(c->segments); ++r) {
+                const GemmArgs args = executor_args(lp, *g, *c, (*lowered)[i], r);
+                EXPECT_EQ(generated_gemm_problem(args, false, 132), "") << where;
+                const Fp8GemmKernel k = generated_gemm_choice(args, false, 132).kernel;
+                configurations.emplace(k.name(), emit_cuda(k));
+                ++generated;
+              }
+            }
+        }
+      }
+  }
+  EXPECT_GT(generated, 100);
+  EXPECT_GT(kept, 0);  // MXFP8
+  std::vector<KernelSource> sources;
+  for (auto& [name, source] : configurations) sources.push_back(source);
+  RecordProperty("configurations", std::to_string(sources.size()));
+  ::fp8c::testing::expect_compiles_without_spills(sources, "fp8c-generated-gemm-examples-test");
 }
 
 // `fp8c plan --lowered` shows the choice, from the spec's target: Hopper runs

@@ -107,6 +107,20 @@ TEST(Fp8GemmKernelDescription, RefusesWhatTheDeviceCodeCannotBuild) {
   refused(bad);
   bad = k;
   bad.d = ElemType::e4m3;
+  bad.accumulate = true;  // an FP8 D read back
+  refused(bad);
+  bad = k;
+  bad.aux = true;  // a pre-activation without an activation
+  refused(bad);
+  bad = k;
+  bad.bias = true;
+  bad.bias_type = ElemType::e5m2;
+  refused(bad);
+  bad = k;
+  bad.d = ElemType::bf16;
+  bad.aux = true;
+  bad.activation = Activation::gelu;
+  bad.aux_type = ElemType::e4m3;
   refused(bad);
   bad = k;
   bad.a_scale_rows = 1;  // B per-tensor
@@ -126,13 +140,21 @@ TEST(Fp8GemmKernelDescription, RefusesWhatTheDeviceCodeCannotBuild) {
   refused(bad);
 }
 
+// This test's instance number ("Name/3" -> "3"): a cache folder per test,
+// since CTest runs the scalings' tests side by side.
+std::string test_cache_suffix() {
+  const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  return name.substr(name.find('/') + 1);
+}
+
 class Fp8GemmCompile : public ::testing::TestWithParam<std::tuple<int, int, bool>> {};
 
 TEST_P(Fp8GemmCompile, EveryChosenConfigurationCompilesWithoutSpills) {
   std::vector<KernelSource> sources;
   for (const Fp8GemmKernel& k : chosen_configurations(GetParam())) sources.push_back(emit_cuda(k));
   ASSERT_GT(sources.size(), 5u);
-  testing::expect_compiles_without_spills(sources, "fp8c-fp8-gemm-compile-test");
+  testing::expect_compiles_without_spills(sources,
+                                          "fp8c-fp8-gemm-compile-test-" + test_cache_suffix());
 }
 
 // ptxas serializes wgmmas it cannot prove safe, and says so only in its log:
@@ -145,6 +167,48 @@ TEST_P(Fp8GemmCompile, PtxasKeepsTheWgmmasAsynchronous) {
     EXPECT_EQ(out.log.find("wgmma"), std::string::npos) << k.name() << ":\n" << out.log;
     EXPECT_EQ(out.spill_stores, 0) << k.name();
   }
+}
+
+// The fused epilogues the executor asks for (and the rest of each part's
+// types), on the widest tile the heuristic picks for the scaling (the most
+// accumulators live through the epilogue) and on the narrow M = 1 one.
+std::vector<Fp8GemmKernel> epilogue_configurations(const std::tuple<int, int, bool>& scaling) {
+  std::vector<Fp8GemmKernel> epilogues;
+  const auto add = [&](ElemType d, bool bias, ElemType bias_type, Activation act, bool aux,
+                       ElemType aux_type, bool accumulate, bool amax) {
+    Fp8GemmKernel k;
+    std::tie(k.a_scale_rows, k.b_scale_rows, k.fast_accumulate) = scaling;
+    k.d = d;
+    k.bias = bias;
+    k.bias_type = bias_type;
+    k.activation = act;
+    k.aux = aux;
+    k.aux_type = aux_type;
+    k.accumulate = accumulate;
+    k.amax = amax;
+    epilogues.push_back(k);
+  };
+  const ElemType bf = ElemType::bf16, f16 = ElemType::fp16, f32 = ElemType::fp32;
+  add(ElemType::e4m3, true, bf, Activation::gelu, true, bf, false, true);  // fprop, delayed
+  add(ElemType::e5m2, true, f32, Activation::relu, true, f32, false, true);
+  add(f16, true, f16, Activation::silu, true, f16, false, false);
+  add(f32, true, f32, Activation::none, false, bf, true, false);  // wgrad into main grad
+  add(bf, false, bf, Activation::none, false, bf, true, true);
+  std::vector<Fp8GemmKernel> out;
+  for (const Fp8GemmKernel& form : epilogues)
+    for (std::int64_t m : {8192, 1})
+      out.push_back(choose_fp8_gemm({m, 8192, 8192, form}, kH200Sms).kernel);
+  return out;
+}
+
+TEST_P(Fp8GemmCompile, FusedEpiloguesCompileWithoutSpills) {
+  std::vector<KernelSource> sources;
+  for (const Fp8GemmKernel& k : epilogue_configurations(GetParam())) {
+    EXPECT_EQ(fp8_gemm_problem(k), "") << k.name();
+    sources.push_back(emit_cuda(k));
+  }
+  testing::expect_compiles_without_spills(
+      sources, "fp8c-fp8-gemm-epilogue-compile-test-" + test_cache_suffix());
 }
 
 // A test name per scaling (a lambda with a structured binding would need

@@ -51,6 +51,10 @@ struct Form {
   ElemType aux_type = ElemType::bf16;
   bool fast_accumulate = false;
   bool amax = false;
+  // Another activation than GELU (when `gelu` is false): relu or silu.
+  Activation activation = Activation::none;
+
+  Activation act() const { return gelu ? Activation::gelu : activation; }
 };
 
 struct Shape {
@@ -108,7 +112,7 @@ inline void finish(Problem& p, std::mt19937& rng) {
     // Most of FP8's range, without overflow (the saturation test overflows on purpose).
     double max_want = 0;
     for (double z : p.ref.pre)
-      max_want = std::max(max_want, std::fabs(f.gelu ? testing::gelu_tanh(z) : z));
+      max_want = std::max(max_want, std::fabs(testing::activation(f.act(), z)));
     const double target = f.d == ElemType::e4m3 ? 300.0 : 30000.0;
     p.d_scale = static_cast<float>(target / max_want);
   }
@@ -138,7 +142,7 @@ inline void finish(Problem& p, std::mt19937& rng) {
   g.ldd = s.n + s.pad;
   g.bias = f.bias ? p.dbias.get() : 0;
   g.bias_type = f.bias_type;
-  g.activation = f.gelu ? Activation::gelu : Activation::none;
+  g.activation = f.act();
   g.fast_accumulate = f.fast_accumulate;
   if (is_fp8(f.d)) g.d_scale = p.scalars.get() + kDScaleAt;
   if (f.amax) g.d_amax = p.scalars.get() + kAmaxAt;
@@ -189,8 +193,10 @@ inline void check(Problem& p, double times = 1.0) {
           f.fast_accumulate ? testing::kFastAccumulationEps : testing::kAccumulationEps;
       const double acc = times * eps * p.ref.abs_sum[r];
       double want = z, tol = acc;
-      if (f.gelu) {
-        want = testing::gelu_tanh(z);
+      if (f.act() != Activation::none) {
+        // The activations' largest slopes are GELU's (1.13; SiLU's 1.1,
+        // ReLU's 1); 5e-4 covers the hardware tanh and __expf.
+        want = testing::activation(f.act(), z);
         tol = testing::kGeluSlope * acc + 5e-4 * (1.0 + std::fabs(z));
       }
       want_amax = std::max(want_amax, std::fabs(want));
@@ -248,16 +254,27 @@ inline void run_and_check(GemmRunner& runner, Problem& p) {
 // `tile_stride`: floats from one row of 128x128 blocks to the next (0: packed,
 // ceil(K / 128)). `order`: where 1x128 scales keep their blocks (cuBLASLt
 // reads K-block-major only).
+// `epilogue`, when given, sets D's type and the epilogue (bias, activation,
+// aux, amax) instead of bf16 D with `bias`.
 inline Problem make_block_problem(Scaling a_scaling, Scaling b_scaling, const Shape& s,
                                   std::uint32_t seed, std::int64_t tile_stride = 0,
                                   bool bias = true,
-                                  BlockScaleOrder order = BlockScaleOrder::k_block_major) {
+                                  BlockScaleOrder order = BlockScaleOrder::k_block_major,
+                                  const Form* epilogue = nullptr) {
   std::mt19937 rng(seed);
   Problem p;
   p.form = {std::string(to_string(a_scaling)) + " x " + std::string(to_string(b_scaling)) +
                 (order == BlockScaleOrder::row_major ? " (row-major 1x128 scales)" : "") +
                 " -> bf16" + (bias ? " + bias" : ""),
             ElemType::e4m3, ElemType::e4m3, ElemType::bf16, bias};
+  if (epilogue) {
+    Form f = *epilogue;
+    f.name = std::string(to_string(a_scaling)) + " x " + std::string(to_string(b_scaling)) + ", " +
+             epilogue->name;
+    f.a = f.b = ElemType::e4m3;
+    f.fast_accumulate = false;
+    p.form = f;
+  }
   p.shape = s;
   p.a = testing::random_matrix(ElemType::e4m3, s.m, s.k, s.k, 8.0, rng);
   p.b = testing::random_matrix(ElemType::e4m3, s.n, s.k, s.k, 8.0, rng);

@@ -156,6 +156,21 @@ inline double gelu_tanh(double z) {
   return 0.5 * z * (1.0 + std::tanh(0.7978845608028654 * z * (1.0 + 0.044715 * z * z)));
 }
 
+// act(z) in float64: GELU's tanh form, ReLU (NaN -> 0, as fp8c's kernels), SiLU.
+inline double activation(Activation act, double z) {
+  switch (act) {
+    case Activation::gelu:
+      return gelu_tanh(z);
+    case Activation::relu:
+      return z > 0 ? z : 0.0;
+    case Activation::silu:
+      return z / (1.0 + std::exp(-z));
+    case Activation::none:
+      break;
+  }
+  return z;
+}
+
 inline double gelu_erf(double z) {
   return 0.5 * z * (1.0 + std::erf(z / std::sqrt(2.0)));
 }

@@ -2,6 +2,8 @@
 // against the float64 reference of the operands as stored, the same problems
 // and tolerance as cuBLASLt's tests (gemm_problem.hpp, gemm_reference.hpp):
 // every FP8 type pairing, fast and promoted accumulation, bf16/fp16/fp32 D,
+// every fused epilogue (bias, activation with aux, accumulation, FP8 D with
+// saturation and amax),
 // block scaling in every pairing and scale order, M of 1, 64 and 127, shapes
 // that are not tile multiples, padded leading dimensions, more tiles than
 // SMs. The SASS must hold the FP8 warpgroup MMA and TMA loads. Skipped,
@@ -143,6 +145,145 @@ TEST(GeneratedGemmGpu, HeuristicPicksAreExercised) {
   EXPECT_TRUE(clustered && single);
 }
 
+// A form with an epilogue: `name` says which.
+Form with_epilogue(const std::string& name, ElemType a, ElemType b, ElemType d, ElemType bias,
+                   Activation act, bool aux, ElemType aux_type, bool amax) {
+  Form f;
+  f.name = std::string(to_string(a)) + " x " + std::string(to_string(b)) + " -> " + name;
+  f.a = a;
+  f.b = b;
+  f.d = d;
+  f.bias = true;
+  f.bias_type = bias;
+  f.gelu = act == Activation::gelu;
+  f.activation = act;
+  f.aux = aux;
+  f.aux_type = aux_type;
+  f.amax = amax;
+  return f;
+}
+
+// The epilogues a layer's GEMMs fuse: bias of each type, each activation
+// with its pre-activation kept, FP8 D with its scale and amax.
+std::vector<Form> epilogue_forms() {
+  const ElemType e4 = ElemType::e4m3, e5 = ElemType::e5m2, bf = ElemType::bf16,
+                 f16 = ElemType::fp16, f32 = ElemType::fp32;
+  return {
+      with_epilogue("e4m3 + bf16 bias, gelu, bf16 aux, amax", e4, e4, e4, bf, Activation::gelu,
+                    true, bf, true),
+      with_epilogue("e5m2 + fp32 bias, relu, fp32 aux, amax", e4, e5, e5, f32, Activation::relu,
+                    true, f32, true),
+      with_epilogue("fp16 + fp16 bias, silu, fp16 aux", e5, e4, f16, f16, Activation::silu, true,
+                    f16, false),
+      with_epilogue("bf16 + bf16 bias, gelu", e4, e4, bf, bf, Activation::gelu, false, bf, false),
+      with_epilogue("fp32 + fp32 bias, amax", e5, e5, f32, f32, Activation::none, false, bf, true),
+  };
+}
+
+TEST(GeneratedGemmGpu, PerTensorFusedEpilogues) {
+  REQUIRE_HOPPER();
+  std::uint32_t seed = 801;
+  for (Form f : epilogue_forms())
+    for (bool fast : {true, false}) {
+      f.fast_accumulate = fast;
+      for (const Shape& s : kShapes) {
+        Problem p = make_problem(f, s, seed++);
+        run_and_check(runner(), p);
+      }
+    }
+}
+
+TEST(GeneratedGemmGpu, BlockScaledFusedEpilogues) {
+  REQUIRE_HOPPER();
+  std::uint32_t seed = 851;
+  const Scaling s1 = Scaling::block_1x128, s128 = Scaling::block_128x128;
+  for (const Form& f : epilogue_forms())
+    for (auto [a, b] : {std::pair{s1, s128}, std::pair{s1, s1}})
+      for (const Shape& s : {kShapes[0], kShapes[2], kShapes[4]}) {
+        Problem p = make_block_problem(a, b, s, seed++, 0, f.bias, BlockScaleOrder::row_major, &f);
+        run_and_check(runner(), p);
+      }
+}
+
+// D += A.B^T (+ bias): a plain run then an accumulating one leaves twice the
+// product, in fp32 (a main grad) and in bf16.
+TEST(GeneratedGemmGpu, AccumulateAddsIntoD) {
+  REQUIRE_HOPPER();
+  std::uint32_t seed = 901;
+  for (ElemType d : {ElemType::fp32, ElemType::bf16})
+    for (bool fast : {true, false}) {
+      Form f = per_tensor(ElemType::e4m3, ElemType::e5m2, d, fast);
+      f.bias = true;
+      f.bias_type = ElemType::fp32;
+      f.name += " + bias, accumulate";
+      for (const Shape& s : {kShapes[2], kShapes[3], kShapes[4]}) {
+        Problem p = make_problem(f, s, seed++);
+        SCOPED_TRACE(describe(f, s));
+        Stream stream;
+        poison(p, stream.get());
+        runner().run(p.args, stream.get());
+        GemmArgs again = p.args;
+        again.accumulate = true;
+        std::string why;
+        ASSERT_TRUE(runner().supports(again, &why)) << why;
+        runner().run(again, stream.get());
+        stream.synchronize();
+        // The bias is added by each run, so the reference doubles as a whole.
+        check(p, 2.0);
+      }
+    }
+}
+
+// Segmented K (a wgrad walking rank segments): two accumulating calls on
+// sub-pointers along K equal one call over all of K.
+TEST(GeneratedGemmGpu, SegmentedKEqualsOneCall) {
+  REQUIRE_HOPPER();
+  const Form f = per_tensor(ElemType::e4m3, ElemType::e5m2, ElemType::fp32, false);
+  const Shape s{256, 520, 1024};
+  Problem p = make_problem(f, s, 13);
+  Stream stream;
+  poison(p, stream.get());
+  runner().run(p.args, stream.get());
+  stream.synchronize();
+  check(p);
+  const auto whole = download<float>(p.dd, static_cast<std::size_t>(s.m * s.n));
+
+  const std::int64_t split = 400;  // not a whole K block: the first call's last block is partial
+  GemmArgs first = p.args, second = p.args;
+  first.a.k = first.b.k = split;
+  second.a.k = second.b.k = s.k - split;
+  second.a.data += split;
+  second.b.data += split;
+  second.accumulate = true;
+  poison(p, stream.get());
+  runner().run(first, stream.get());
+  runner().run(second, stream.get());
+  stream.synchronize();
+  check(p);
+  const auto segmented = download<float>(p.dd, whole.size());
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < whole.size(); ++i)
+    if (!(std::fabs(segmented[i] - whole[i]) <= 2 * testing::kAccumulationEps * p.ref.abs_sum[i]))
+      ++bad;
+  EXPECT_EQ(bad, 0u) << "segmented and whole-K results differ beyond two accumulation bounds";
+}
+
+// fp8(D * d_scale) saturates at the format's largest value (not Inf, not
+// NaN), and the amax is of D before scaling, written over whatever the
+// amax slot held.
+TEST(GeneratedGemmGpu, Fp8OutputSaturatesAndReportsAmax) {
+  REQUIRE_HOPPER();
+  for (ElemType out : {ElemType::e4m3, ElemType::e5m2}) {
+    Form f = per_tensor(ElemType::e4m3, ElemType::e5m2, out, true);
+    f.amax = true;
+    f.name += ", saturating, amax";
+    Problem p = make_problem(f, kShapes[4], 17);
+    p.d_scale *= 4;  // everything above 1/4 of the largest |D| overflows
+    p.scalars.upload(&p.d_scale, 4, kDScaleAt);
+    run_and_check(runner(), p);
+  }
+}
+
 TEST(GeneratedGemmGpu, RefusedFormsSayWhyAndThrow) {
   REQUIRE_HOPPER();
   Problem p = make_problem(per_tensor(ElemType::e4m3, ElemType::e4m3, ElemType::bf16, true),
@@ -155,8 +296,20 @@ TEST(GeneratedGemmGpu, RefusedFormsSayWhyAndThrow) {
     EXPECT_THROW(runner().run(g, nullptr), std::invalid_argument);
   };
   GemmArgs g = p.args;
-  g.activation = Activation::gelu;
-  refused(g, "not fused");
+  g.aux = p.args.d;  // a pre-activation without an activation
+  g.ld_aux = p.args.ldd;
+  refused(g, "needs an activation");
+  g = p.args;
+  g.d_type = ElemType::e4m3;
+  refused(g, "d_scale");
+  g = p.args;
+  g.d_type = ElemType::e4m3;
+  g.d_scale = p.scalars.get() + kDScaleAt;
+  g.accumulate = true;
+  refused(g, "high precision");
+  g = p.args;
+  g.ldd = p.args.b.rows - 2;
+  refused(g, "leading dimension");
   g = p.args;
   g.a.type = ElemType::bf16;
   refused(g, "FP8 only");
@@ -166,9 +319,6 @@ TEST(GeneratedGemmGpu, RefusedFormsSayWhyAndThrow) {
   g = p.args;
   g.b.scaling = Scaling::block_128x128;
   refused(g, "one operand per-tensor");
-  g = p.args;
-  g.d_type = ElemType::e4m3;
-  refused(g, "FP8 D");
   g = p.args;
   g.a.scaling = g.b.scaling = Scaling::mx_1x32;
   refused(g, "MXFP8");

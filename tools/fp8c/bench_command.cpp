@@ -2,6 +2,7 @@
 // breakdown per kernel, GEMM and collective (runtime/gpu/layer_bench.hpp).
 
 #include <iostream>
+#include <optional>
 
 #include "codegen/plan/planner.hpp"
 #include "runtime/cubin_cache.hpp"
@@ -15,6 +16,7 @@ namespace {
 
 constexpr std::string_view kBenchHelp =
     "usage: fp8c bench FILE [--tokens M] [--iters N] [--layer L] [--device D]\n"
+    "                       [--gemm cublaslt|generated]\n"
     "\n"
     "Runs each layer of FILE on one GPU (one rank: tensor_parallel planned as 1)\n"
     "for N timed training steps (forward, backward, scale update) after a warm-up,\n"
@@ -27,6 +29,8 @@ constexpr std::string_view kBenchHelp =
     "  --iters N    timed steps (default 30)\n"
     "  --layer L    only layer L\n"
     "  --device D   CUDA device ordinal (default 0)\n"
+    "  --gemm G     run every layer's FP8 GEMMs on G (cublaslt, or generated:\n"
+    "               fp8c's own, sm_90a) instead of what each layer's `gemm =` says\n"
     "\n"
     "Exit status: 0 done, 1 no GPU or the spec cannot run, 2 usage error.\n";
 
@@ -34,11 +38,18 @@ int run_bench(const Args& args) {
   std::string file;
   runtime::LayerBenchOptions options;
   std::uint64_t device = 0;
+  std::optional<GemmBackend> gemm;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--layer") {
       if (i + 1 >= args.size()) return usage_error("bench", "--layer needs a value");
       options.layer = args[++i];
+    } else if (a == "--gemm") {
+      if (i + 1 >= args.size()) return usage_error("bench", "--gemm needs a value");
+      GemmBackend b;
+      if (!parse_gemm_backend(args[++i], b))
+        return usage_error("bench", "--gemm must be cublaslt or generated, not '" + args[i] + "'");
+      gemm = b;
     } else if (a == "--tokens" || a == "--iters" || a == "--device") {
       std::uint64_t n = 0;
       if (i + 1 >= args.size() || !parse_count(args[i + 1], n, a == "--device"))
@@ -59,8 +70,9 @@ int run_bench(const Args& args) {
     }
   }
   if (file.empty()) return usage_error("bench", "no file given");
-  const std::optional<Spec> spec = load_spec_reporting(file);
+  std::optional<Spec> spec = load_spec_reporting(file);
   if (!spec) return 1;
+  if (gemm) set_gemm_backend(*spec, *gemm);
   if (!options.layer.empty() && !spec->find_layer(options.layer)) {
     std::cerr << "fp8c bench: " << file << ": no layer '" << options.layer << "'\n";
     return 1;

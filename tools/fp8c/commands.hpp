@@ -37,6 +37,11 @@ bool wants_help(const Args& args);
 // `allow_zero`. False for anything else.
 bool parse_count(const std::string& text, std::uint64_t& value, bool allow_zero = false);
 
+// `--gemm cublaslt|generated`: the GEMM backend every layer runs on,
+// instead of what each layer's `gemm =` says. False for another word.
+bool parse_gemm_backend(const std::string& text, GemmBackend& value);
+void set_gemm_backend(Spec& spec, GemmBackend backend);
+
 // Reads and checks a spec, printing its diagnostics (or why it cannot be
 // read) to stderr; nullopt when it is not valid.
 std::optional<Spec> load_spec_reporting(const std::string& path);

@@ -53,6 +53,20 @@ bool parse_count(const std::string& text, std::uint64_t& value, bool allow_zero)
   return allow_zero || value > 0;
 }
 
+bool parse_gemm_backend(const std::string& text, GemmBackend& value) {
+  if (text == "cublaslt")
+    value = GemmBackend::cublaslt;
+  else if (text == "generated")
+    value = GemmBackend::generated;
+  else
+    return false;
+  return true;
+}
+
+void set_gemm_backend(Spec& spec, GemmBackend backend) {
+  for (Layer& layer : spec.layers) layer.gemm = backend;
+}
+
 std::optional<Spec> load_spec_reporting(const std::string& path) {
   try {
     return load_spec(path);

@@ -24,7 +24,7 @@ namespace {
 constexpr std::string_view kVerifyHelp =
     "usage: fp8c verify FILE [--ranks N] [--tokens M] [--steps K] [--seed S]\n"
     "                        [--backend gloo|in-process] [--layer L] [--json] [--force]\n"
-    "                        [--device cpu|gpu [--nccl]]\n"
+    "                        [--device cpu|gpu [--nccl] [--gemm cublaslt|generated]]\n"
     "\n"
     "Runs each layer of FILE on CPU ranks (threads with gloo or in-process\n"
     "collectives) with its N-rank plan and with a 1-rank plan on the same block\n"
@@ -62,6 +62,9 @@ constexpr std::string_view kVerifyHelp =
     "                 LOCAL_RANK, MASTER_ADDR, MASTER_PORT, or mpirun's; alone:\n"
     "                 one rank), on GPU LOCAL_RANK over NCCL; it checks its own\n"
     "                 rank against the CPU reference (scripts/launch_ranks.sh)\n"
+    "  --gemm G       with --device gpu: run every layer's FP8 GEMMs on G\n"
+    "                 (cublaslt, or generated: fp8c's own, sm_90a) instead of\n"
+    "                 what each layer's `gemm =` says\n"
     "\n"
     "Exit status: 0 every check passed, 1 a check failed or the spec cannot be\n"
     "verified as asked, 2 usage error.\n";
@@ -73,6 +76,7 @@ int run_verify(const Args& args) {
   bool json = false;
   bool on_gpu = false;
   bool nccl = false;
+  std::optional<GemmBackend> gemm;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--json") {
@@ -81,10 +85,15 @@ int run_verify(const Args& args) {
       options.force = true;
     } else if (a == "--nccl") {
       nccl = true;
-    } else if (a == "--layer" || a == "--backend" || a == "--device") {
+    } else if (a == "--layer" || a == "--backend" || a == "--device" || a == "--gemm") {
       if (i + 1 >= args.size()) return usage_error("verify", a + " needs a value");
       const std::string v = args[++i];
-      if (a == "--device") {
+      if (a == "--gemm") {
+        GemmBackend b;
+        if (!parse_gemm_backend(v, b))
+          return usage_error("verify", "--gemm must be cublaslt or generated, not '" + v + "'");
+        gemm = b;
+      } else if (a == "--device") {
         if (v != "cpu" && v != "gpu")
           return usage_error("verify", "--device must be cpu or gpu, not '" + v + "'");
         on_gpu = v == "gpu";
@@ -123,8 +132,10 @@ int run_verify(const Args& args) {
   }
   if (file.empty()) return usage_error("verify", "no file given");
   if (nccl && !on_gpu) return usage_error("verify", "--nccl needs --device gpu");
-  const std::optional<Spec> loaded = load_spec_reporting(file);
+  if (gemm && !on_gpu) return usage_error("verify", "--gemm needs --device gpu");
+  std::optional<Spec> loaded = load_spec_reporting(file);
   if (!loaded) return 1;
+  if (gemm) set_gemm_backend(*loaded, *gemm);
   const Spec& spec = *loaded;
   if (on_gpu) {
     // The CPU reference beside the GPU runs its ranks in-process.

@@ -23,6 +23,10 @@ struct alignas(64) TmaDescriptor {
 //    is scale[(r / scale_rows) * scale_row_stride + kb * scale_kblock_stride],
 //    scale_rows being 1 (1x128 blocks) or 128 (128x128 blocks), a compile-time
 //    choice of the kernel.
+// The epilogue's operands (fp8_gemm_sm90.cuh), each read or written only
+// when the kernel's configuration has that part: bias [N]; aux [M][ld_aux]
+// (the pre-activation); d_scale (one float, FP8 D); d_amax (one float's
+// bits, raised with atomicMax: the caller zeroes it first).
 struct Fp8GemmParams {
   TmaDescriptor a;  // A [M][lda] bytes; box {128, block_m}, 128-byte swizzle
   TmaDescriptor b;  // B [N][ldb] bytes; box {128, block_n}, 128-byte swizzle
@@ -34,6 +38,11 @@ struct Fp8GemmParams {
   long long a_scale_kblock_stride;
   long long b_scale_row_stride;
   long long b_scale_kblock_stride;
+  unsigned long long bias;
+  unsigned long long aux;
+  unsigned long long d_scale;
+  unsigned long long d_amax;
+  long long ld_aux;  // elements
   int m;
   int n;
   int k;

@@ -1,10 +1,14 @@
 // The generated FP8 GEMM for sm_90a: D = A . B^T with both operands FP8 and
-// K innermost, fp32 accumulation, bf16/fp16/fp32 D.
+// K innermost, fp32 accumulation, and a fused epilogue (bias, activation
+// with its pre-activation kept, accumulation into D, FP8 D with its scale
+// and amax), D in bf16, fp16, fp32, e4m3 or e5m2.
 //
 // Compiled by NVRTC only, after a prefix that codegen/kernels/cuda_fp8_gemm.cpp
 // writes: fp8_gemm_params.h, the configuration constants (kBlockM, kBlockN,
-// kStages, kAScaleRows, kBScaleRows, kPromote, kOut, kClusterM), the wgmma wrapper
-// wgmma_m64k32() for this kBlockN and type pair, and FP8C_GEMM_ENTRY.
+// kStages, kAScaleRows, kBScaleRows, kPromote, kOut, kClusterM, and the
+// epilogue's kBias, kAux, kAccumulate, kAmax), the activation act(), the
+// wgmma wrapper wgmma_m64k32() for this kBlockN and type pair, and
+// FP8C_GEMM_ENTRY.
 //
 // Shape of the kernel:
 //  - persistent: one CTA (or cluster) per SM (or SM pair) walks the tiles
@@ -39,7 +43,11 @@
 //    last cluster's second tile lies below M: TMA reads zeros and the
 //    epilogue stores nothing.
 //  - epilogue: registers straight to global memory, bounds-checked, while the
-//    loader already fetches the next tile.
+//    loader already fetches the next tile; bias, accumulation, the
+//    pre-activation, the activation, amax and the FP8 cast are applied to
+//    each element on the way (finish_pair), so a layer's output needs no
+//    second pass. The amax is reduced per warp and raised once per warp
+//    with an integer atomicMax on its bits.
 // TMA zero-fills what lies outside A and B, so M, N and K need not be tile
 // multiples (K a multiple of 16: TMA's stride rule).
 
@@ -231,27 +239,88 @@ __device__ __forceinline__ Tile tile_at(int index, int tiles_m, int tiles_n, int
 }
 
 // ---- epilogue --------------------------------------------------------------
+// Element types by code: 0 bf16, 1 fp16, 2 fp32, 3 e4m3, 4 e5m2; -1 none.
 
-__device__ __forceinline__ void store_pair(unsigned long long d, long long at, float x, float y,
+template <int kType>
+__device__ __forceinline__ float load_value(unsigned long long base, long long at) {
+  if (kType == 2) return reinterpret_cast<const float*>(base)[at];
+  const unsigned short bits = reinterpret_cast<const unsigned short*>(base)[at];
+  if (kType == 0) return __uint_as_float(static_cast<unsigned>(bits) << 16);
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
+  return f;
+}
+
+// x to element `at`, y to `at + 1` when `both`. FP8 rounds to nearest even
+// and saturates to the largest finite value (NaN stays NaN), as the quantize
+// kernels do.
+template <int kType>
+__device__ __forceinline__ void store_pair(unsigned long long base, long long at, float x, float y,
                                            bool both) {
-  if (kOut == 2) {
-    float* out = reinterpret_cast<float*>(d) + at;
+  if (kType == 2) {
+    float* out = reinterpret_cast<float*>(base) + at;
     if (both)
       *reinterpret_cast<float2*>(out) = make_float2(x, y);
     else
       out[0] = x;
     return;
   }
+  if (kType >= 3) {
+    unsigned short packed;
+    if (kType == 3)
+      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(packed) : "f"(y), "f"(x));
+    else
+      asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(packed) : "f"(y), "f"(x));
+    unsigned char* out = reinterpret_cast<unsigned char*>(base) + at;
+    if (both)
+      *reinterpret_cast<unsigned short*>(out) = packed;
+    else
+      out[0] = static_cast<unsigned char>(packed & 0xFF);
+    return;
+  }
   unsigned packed;
-  if (kOut == 0)
+  if (kType == 0)
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(y), "f"(x));
   else
     asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(y), "f"(x));
-  unsigned short* out = reinterpret_cast<unsigned short*>(d) + at;
+  unsigned short* out = reinterpret_cast<unsigned short*>(base) + at;
   if (both)
     *reinterpret_cast<unsigned*>(out) = packed;
   else
     out[0] = static_cast<unsigned short>(packed & 0xFFFF);
+}
+
+// |x| as bits: for non-negative floats the unsigned order is the numeric
+// order and every NaN sorts above +Inf, so an integer max keeps a NaN.
+__device__ __forceinline__ unsigned abs_bits(float x) {
+  return __float_as_uint(x) & 0x7FFFFFFFu;
+}
+
+// D's elements (row, col) and (row, col + 1) (the second when `both`) from
+// their scaled accumulators x and y, in the order the configuration fixes:
+//   v = x (+ D, accumulating) (+ bias); aux = v; v = act(v); amax |= |v|;
+//   D = v, or fp8(v * d_scale).
+__device__ __forceinline__ void finish_pair(const Fp8GemmParams& p, long long row, int col, float x,
+                                            float y, float b0, float b1, bool both, float d_scale,
+                                            unsigned& amax) {
+  const long long at = row * p.ldd + col;
+  if (kAccumulate) {
+    x += load_value<kOut>(p.d, at);
+    if (both) y += load_value<kOut>(p.d, at + 1);
+  }
+  if (kBias >= 0) {
+    x += b0;
+    y += b1;
+  }
+  if (kAux >= 0) store_pair<kAux>(p.aux, row * p.ld_aux + col, x, y, both);
+  x = act(x);
+  y = act(y);
+  if (kAmax) amax = max(amax, both ? max(abs_bits(x), abs_bits(y)) : abs_bits(x));
+  if (kOut >= 3) {
+    x *= d_scale;
+    y *= d_scale;
+  }
+  store_pair<kOut>(p.d, at, x, y, both);
 }
 
 // ---- block scales ----------------------------------------------------------
@@ -302,6 +371,8 @@ __device__ __forceinline__ void consume(const Fp8GemmParams& p, const unsigned c
     a_per_tensor = *reinterpret_cast<const float*>(p.a_scale);
     b_per_tensor = *reinterpret_cast<const float*>(p.b_scale);
   }
+  const float d_scale = kOut >= 3 ? *reinterpret_cast<const float*>(p.d_scale) : 1.0f;
+  unsigned amax = 0;  // bits of max |D| (before d_scale) over this thread's elements
 
   // A slot read by this CTA's wgmmas is free for the loaders of every CTA
   // that writes into it: this one's, and with clusters its peer's.
@@ -392,9 +463,24 @@ __device__ __forceinline__ void consume(const Fp8GemmParams& p, const unsigned c
       const int col = col0 + 8 * j;
       if (col >= p.n) continue;
       const bool both = col + 1 < p.n;
-      if (row0 < p.m) store_pair(p.d, row0 * p.ldd + col, acc[4 * j], acc[4 * j + 1], both);
-      if (row1 < p.m) store_pair(p.d, row1 * p.ldd + col, acc[4 * j + 2], acc[4 * j + 3], both);
+      float b0 = 0.0f, b1 = 0.0f;
+      if (kBias >= 0) {
+        b0 = load_value<kBias>(p.bias, col);
+        if (both) b1 = load_value<kBias>(p.bias, col + 1);
+      }
+      if (row0 < p.m)
+        finish_pair(p, row0, col, acc[4 * j], acc[4 * j + 1], b0, b1, both, d_scale, amax);
+      if (row1 < p.m)
+        finish_pair(p, row1, col, acc[4 * j + 2], acc[4 * j + 3], b0, b1, both, d_scale, amax);
     }
+  }
+
+  // One atomic per warp for the whole walk. Every math thread gets here
+  // (the tile loop's trip count is the CTA's), so the shuffles are complete.
+  if (kAmax) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+    if (lane == 0 && amax != 0) atomicMax(reinterpret_cast<unsigned*>(p.d_amax), amax);
   }
 }
 
