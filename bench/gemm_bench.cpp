@@ -7,7 +7,7 @@
 // sampled elements, and the two runners against each other on every element), warm-up, median of
 // many runs timed with CUDA events, operand sets rotated so that no run finds its inputs in L2.
 //
-//   build/bench/gemm_bench [--iters N] [--json FILE] [--only per_tensor|block|fused]
+//   build/bench/gemm_bench [--iters N] [--json FILE] [--only per_tensor|block|fused] [--promoted]
 //                          [--shape MxNxK]...
 //
 // cuBLASLt here is fp8c's runner (runtime/gemm): the heuristic's first
@@ -40,8 +40,12 @@ struct Shape {
 
 enum class Mode { per_tensor, block, fused };
 
+// --promoted: per-tensor GEMMs promote every 128 K (what the executor's
+// layers run) instead of accumulating fast.
+bool g_promoted = false;
+
 const char* mode_name(Mode m) {
-  return m == Mode::per_tensor ? "per_tensor_fast"
+  return m == Mode::per_tensor ? (g_promoted ? "per_tensor_promoted" : "per_tensor_fast")
          : m == Mode::block    ? "block_1x128_128x128"
                                : "fused_bias_gelu_e4m3_amax";
 }
@@ -151,7 +155,7 @@ GemmArgs args_for(const Shape& s, bool block, const Operands& o, CUdeviceptr d) 
   g.d = d;
   g.d_type = ElemType::bf16;
   g.ldd = s.n;
-  g.fast_accumulate = !block;
+  g.fast_accumulate = !block && !g_promoted;
   return g;
 }
 
@@ -360,6 +364,8 @@ int main(int argc, char** argv) {
       iters = std::atoi(argv[++i]);
     } else if (a == "--json" && i + 1 < argc) {
       json = argv[++i];
+    } else if (a == "--promoted") {
+      g_promoted = true;
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else if (a == "--shape" && i + 1 < argc) {
@@ -371,6 +377,7 @@ int main(int argc, char** argv) {
       shapes.push_back(s);
     } else {
       std::cerr << "usage: gemm_bench [--iters N] [--json FILE] [--only per_tensor|block|fused] "
+                   "[--promoted] "
                    "[--shape MxNxK]...\n";
       return 2;
     }

@@ -69,9 +69,10 @@ export FP8C_CACHE_DIR=${FP8C_CACHE_DIR:-$(mktemp -d)}
 # compute-sanitizer memcheck, racecheck and synccheck over every kernel kind (about 250
 # tests: each bf16 per-tensor quantize variant on its six shapes, block/MX variants,
 # transpose (bytes and words), permute, scale update, epilogues and dequantize on
-# misaligned pointers, rank reductions, a block quantize fusing dact), alongside the
+# misaligned pointers, rank reductions, a block quantize fusing dact, the generated GEMM
+# block-scaled with padded scale rows and with its fused FP8 output and amax), alongside the
 # test shards: correctness does not mind the shared GPU (under 4 minutes on the H200).
-sanitized='AllVariants/QuantizeGpu.MatchesTheCpuReference/*bf16*:AllVariants/BlockQuantizeGpu.MisalignedPointers/*:Shapes/TransposeGpu.*:Shapes/TransposeWordsGpu.*:Variants/BlockQuantizeDactGpu.*b1x128*dsilu*:Shapes/PermuteGpu.*:Variants/ScaleUpdateGpu.*:ScaleUpdateGuardGpu.*:AllVariants/EpilogueGpu.ScalarPathOnMisalignedPointers/*bf16*:AllVariants/DequantizeGpu.ElementWisePathsOnMisalignedPointers/*:RankReduce*Gpu*'
+sanitized='AllVariants/QuantizeGpu.MatchesTheCpuReference/*bf16*:AllVariants/BlockQuantizeGpu.MisalignedPointers/*:Shapes/TransposeGpu.*:Shapes/TransposeWordsGpu.*:Variants/BlockQuantizeDactGpu.*b1x128*dsilu*:Shapes/PermuteGpu.*:Variants/ScaleUpdateGpu.*:ScaleUpdateGuardGpu.*:AllVariants/EpilogueGpu.ScalarPathOnMisalignedPointers/*bf16*:AllVariants/DequantizeGpu.ElementWisePathsOnMisalignedPointers/*:RankReduce*Gpu*:GeneratedGemmGpu.BlockScaledPaddedScaleRows:GeneratedGemmGpu.Fp8OutputSaturatesAndReportsAmax'
 declare -A sanitizer_pid
 for tool in memcheck racecheck synccheck; do
   timeout 330 compute-sanitizer --tool $tool --error-exitcode 3 "$build/tests/runtime/runtime_tests" \

@@ -17,6 +17,10 @@ struct Fp8GemmShape {
   // Clusters of two sharing B: measured slower on the H200 so far (1036
   // against 1332 TFLOP/s at 8192^3, per-tensor), so only when asked.
   bool clusters = false;
+  // 0: the heuristic picks the tile width; else this one (tuning sweeps:
+  // the runner's FP8C_GEMM_BLOCK_N). Must be a width fp8_gemm_problem()
+  // accepts for the form.
+  int block_n = 0;
 };
 
 struct Fp8GemmChoice {
@@ -27,7 +31,8 @@ struct Fp8GemmChoice {
 
 // Tiles: block_m 64 when M fits one math warpgroup, else 128; block_n the
 // width that finishes in the fewest, fullest waves over `sms` SMs, wider
-// tiles preferred (each loaded byte feeds more MMAs); the ring as deep as
+// tiles preferred (each loaded byte feeds more MMAs; up to 256 with fast
+// accumulation, 160 promoted per-tensor, 128 block-scaled, as measured); the ring as deep as
 // shared memory allows (up to 8 stages); when `clusters`, clusters of two
 // CTAs sharing B where there are at least two tile rows and pairing them
 // wastes little (an even count, or 8 or more). Always a configuration that

@@ -82,6 +82,7 @@ class Runner final : public GeneratedGemmRunner {
     FP8C_CU(driver().cuDeviceGetAttribute(&sms_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device));
     const char* env = std::getenv("FP8C_GEMM_CLUSTERS");
     clusters_ = clusters || (env && std::string(env) == "1");
+    if (const char* n = std::getenv("FP8C_GEMM_BLOCK_N")) block_n_ = std::atoi(n);
   }
 
   std::string_view name() const override { return "generated"; }
@@ -91,13 +92,13 @@ class Runner final : public GeneratedGemmRunner {
     if (jit_.arch() != "sm_90a")
       problem = "the generated GEMM is built for sm_90a (Hopper); this GPU is " + jit_.arch();
     else
-      problem = generated_gemm_problem(g, clusters_, sms_);
+      problem = generated_gemm_problem(g, clusters_, sms_, block_n_);
     if (why) *why = problem;
     return problem.empty();
   }
 
   Fp8GemmChoice choice(const GemmArgs& g) const override {
-    return generated_gemm_choice(g, clusters_, sms_);
+    return generated_gemm_choice(g, clusters_, sms_, block_n_);
   }
 
   const CompiledKernel& compiled(const Fp8GemmKernel& kernel) override {
@@ -245,6 +246,7 @@ class Runner final : public GeneratedGemmRunner {
   const Jit& jit_;
   int sms_ = 0;
   bool clusters_ = false;
+  int block_n_ = 0;  // FP8C_GEMM_BLOCK_N: a tile width for tuning sweeps (0: the heuristic's)
   std::mutex mutex_;
   std::map<std::string, std::unique_ptr<LoadedKernel>> kernels_;
   std::map<std::string, int> resident_;
@@ -252,7 +254,7 @@ class Runner final : public GeneratedGemmRunner {
 
 }  // namespace
 
-Fp8GemmChoice generated_gemm_choice(const GemmArgs& g, bool clusters, int sms) {
+Fp8GemmChoice generated_gemm_choice(const GemmArgs& g, bool clusters, int sms, int block_n) {
   Fp8GemmShape shape;
   shape.m = g.a.rows;
   shape.n = g.b.rows;
@@ -271,12 +273,13 @@ Fp8GemmChoice generated_gemm_choice(const GemmArgs& g, bool clusters, int sms) {
   shape.form.accumulate = g.accumulate;
   shape.form.amax = g.d_amax != 0;
   shape.clusters = clusters;
+  shape.block_n = block_n;
   return choose_fp8_gemm(shape, sms);
 }
 
-std::string generated_gemm_problem(const GemmArgs& g, bool clusters, int sms) {
+std::string generated_gemm_problem(const GemmArgs& g, bool clusters, int sms, int block_n) {
   if (std::string p = args_problem(g); !p.empty()) return p;
-  return fp8_gemm_problem(generated_gemm_choice(g, clusters, sms).kernel);
+  return fp8_gemm_problem(generated_gemm_choice(g, clusters, sms, block_n).kernel);
 }
 
 std::unique_ptr<GeneratedGemmRunner> make_generated_gemm_runner(const Jit& jit, bool clusters) {

@@ -132,6 +132,10 @@ TEST(Fp8GemmKernelDescription, RefusesWhatTheDeviceCodeCannotBuild) {
   bad.block_n = 200;  // promoted: too many accumulators
   refused(bad);
   bad = k;
+  bad.a_scale_rows = bad.b_scale_rows = 1;
+  bad.block_n = 160;  // block-scaled: its column scales too
+  refused(bad);
+  bad = k;
   bad.stages = 12;  // 12 x 32 KB
   refused(bad);
   bad = k;
@@ -209,6 +213,28 @@ TEST_P(Fp8GemmCompile, FusedEpiloguesCompileWithoutSpills) {
   }
   testing::expect_compiles_without_spills(
       sources, "fp8c-fp8-gemm-epilogue-compile-test-" + test_cache_suffix());
+}
+
+// fp8_gemm_problem() caps the tile width by registers (two sets of
+// accumulators when promoting): the two widest it accepts for the scaling,
+// with the heaviest epilogue, must compile without spills, whatever the
+// heuristic picks today.
+TEST_P(Fp8GemmCompile, WidestAcceptedTilesCompileWithoutSpills) {
+  std::vector<KernelSource> sources;
+  Fp8GemmKernel k;
+  std::tie(k.a_scale_rows, k.b_scale_rows, k.fast_accumulate) = GetParam();
+  k.d = ElemType::e4m3;
+  k.bias = k.aux = k.amax = true;
+  k.activation = Activation::gelu;
+  for (int n = 256; n >= 16 && sources.size() < 2; n -= 16) {
+    k.block_n = n;
+    k.stages = 8;
+    while (k.stages > 2 && k.shared_bytes() > kSm90SharedBytes) --k.stages;
+    if (fp8_gemm_problem(k).empty()) sources.push_back(emit_cuda(k));
+  }
+  ASSERT_EQ(sources.size(), 2u);
+  testing::expect_compiles_without_spills(sources,
+                                          "fp8c-fp8-gemm-widest-test-" + test_cache_suffix());
 }
 
 // A test name per scaling (a lambda with a structured binding would need

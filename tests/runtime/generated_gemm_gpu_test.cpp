@@ -12,6 +12,7 @@
 
 #include "gpu_fixture.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -123,8 +124,10 @@ TEST(GeneratedGemmGpu, HeuristicPicksAreExercised) {
   REQUIRE_HOPPER();
   std::uint32_t seed = 901;
   std::set<std::string> seen;
+  // 2560 and 2304 columns: the promoted 160- and 144-wide tiles.
   for (const Shape& s : {Shape{4096, 4096, 256}, Shape{2048, 1280, 256}, Shape{1024, 768, 256},
-                         Shape{256, 96, 256}, Shape{33, 4096, 256}, Shape{1100, 520, 272}})
+                         Shape{256, 96, 256}, Shape{33, 4096, 256}, Shape{1100, 520, 272},
+                         Shape{2048, 2560, 256}, Shape{2048, 2304, 384}})
     for (bool fast : {true, false})
       for (bool clusters : {false, true}) {
         Problem p = make_problem(per_tensor(ElemType::e4m3, ElemType::e4m3, ElemType::bf16, fast),
@@ -140,6 +143,10 @@ TEST(GeneratedGemmGpu, HeuristicPicksAreExercised) {
     run_and_check(runner(true), p);
   }
   EXPECT_GE(seen.size(), 6u);
+  for (const char* tile : {"_pt_128x160_", "_pt_128x144_"})
+    EXPECT_TRUE(std::any_of(seen.begin(), seen.end(), [&](const std::string& name) {
+      return name.find(tile) != std::string::npos;
+    })) << tile;
   bool clustered = false, single = false;
   for (const auto& name : seen) (name.find("_c2") != std::string::npos ? clustered : single) = true;
   EXPECT_TRUE(clustered && single);
