@@ -36,8 +36,9 @@ trap pack EXIT
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$out/gpu.txt"
 
 # Both test programs in gtest shards, all at once (runtime tests: 4 shards,
-# GPU-bound; executor tests: 8 shards, bound by the CPU oracle, which spreads
-# its GEMMs over the cores); each program's shards end up in one log. The
+# GPU-bound; executor tests: 12 shards, bound by the CPU oracle, which spreads
+# its GEMMs over the cores; 8 shards left one with two of the slowest example
+# tests past its 450 s at 00ae176); each program's shards end up in one log. The
 # shards share one cubin cache (safe with concurrent writers). Output is
 # line-buffered so that a shard killed by its time limit still shows the
 # test it was in.
@@ -80,7 +81,7 @@ for tool in memcheck racecheck synccheck; do
   sanitizer_pid[$tool]=$!
 done
 run_sharded tests "$build/tests/runtime/runtime_tests" 4 330 & runtime_pid=$!
-run_sharded executor_tests "$build/tests/gpu/gpu_executor_tests" 8 ${FP8C_EXECUTOR_LIMIT:-450} & executor_pid=$!
+run_sharded executor_tests "$build/tests/gpu/gpu_executor_tests" 12 ${FP8C_EXECUTOR_LIMIT:-450} & executor_pid=$!
 wait $runtime_pid || tests=1
 wait $executor_pid || tests=1
 for log in tests executor_tests; do

@@ -2,7 +2,10 @@
 # and cuBLASLt through fp8c's runner) with the peers' cuBLASLt programs'
 # output (best of the heuristic's top candidates) into the record kept in
 # bench/results/: commit, GPU, date, and per case ours, each peer, their times
-# and the ratio (peer time / our time: above 1 means fp8c is faster).
+# and the ratio (peer time / our time: above 1 means fp8c is faster). Fused
+# cases (bias + GELU + FP8 D + amax) compare with cuBLASLt's same fused
+# epilogue and with the plain generated GEMM (fused_over_plain), not with
+# the peers' plain programs.
 #   python3 bench/merge_gemm_results.py OURS.json PEER_PER_TENSOR.json PEER_BLOCK.json COMMIT OUT.json
 # A peer file that is missing or unreadable leaves its columns out.
 import datetime, json, sys
@@ -32,7 +35,13 @@ for case in ours["cases"]:
            "cublaslt_runner_ms": round(case["peer_ms"], 4),
            "cublaslt_runner_tflops": round(case["peer_tflops"], 1),
            "cublaslt_runner_ratio": round(case["ratio"], 3)}
-    peer = (block if is_block else per_tensor).get(key)
+    fused = "fused_over_plain" in case
+    if fused:
+        # The fused epilogue's cost: the same generated GEMM with a plain
+        # bf16 D, and cuBLASLt (the runner) with the same fused epilogue.
+        row["plain_generated_ms"] = round(case["plain_generated_ms"], 4)
+        row["fused_over_plain"] = round(case["fused_over_plain"], 3)
+    peer = None if fused else (block if is_block else per_tensor).get(key)
     if isinstance(peer, dict):
         best = next(v for name, v in peer.items() if name.startswith("best_of"))
         row["cublaslt_best_tflops"] = best
@@ -43,4 +52,5 @@ json.dump(record, open(out_path, "w"), indent=2)
 for r in record["cases"]:
     print(f'{r["name"]:36s} fp8c {r["fp8c_tflops"]:7.1f} TFLOP/s | cuBLASLt runner '
           f'{r["cublaslt_runner_tflops"]:7.1f} x{r["cublaslt_runner_ratio"]:.3f} | best-of-8 '
-          f'{r.get("cublaslt_best_tflops", float("nan")):7.1f} x{r.get("cublaslt_best_ratio", float("nan")):.3f}')
+          f'{r.get("cublaslt_best_tflops", float("nan")):7.1f} x{r.get("cublaslt_best_ratio", float("nan")):.3f}'
+          + (f' | fused at x{r["fused_over_plain"]:.3f} of plain' if "fused_over_plain" in r else ''))

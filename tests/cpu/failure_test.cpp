@@ -237,6 +237,14 @@ TEST(CpuVerifyCommand, ErrorsAndUsage) {
   r = run_tool("verify " + f + " --gemm generated");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("--gemm needs --device gpu"), std::string::npos) << r.out;
+  // plan --lowered --gemm shows the layer's GEMMs on the backend asked for.
+  r = run_tool("plan " + f + " --tokens 256 --lowered --gemm generated");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("gemm fprop on generated"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("on cublaslt"), std::string::npos) << r.out;
+  r = run_tool("plan " + f + " --tokens 256 --lowered");
+  EXPECT_NE(r.out.find("gemm fprop on cublaslt"), std::string::npos) << r.out;
+  EXPECT_EQ(run_tool("plan " + f + " --gemm generated").status, 2);
   EXPECT_EQ(run_tool("verify").status, 2);
   EXPECT_EQ(run_tool("verify " + f + " --layer nope").status, 1);
   r = run_tool("verify " + ::fp8c::testing::examples_dir() + "/gpt_mlp.fp8 --tokens 16");

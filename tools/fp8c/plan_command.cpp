@@ -13,6 +13,7 @@ namespace {
 
 constexpr std::string_view kPlanHelp =
     "usage: fp8c plan FILE [--layer L] [--ranks N] [--tokens M] [--json | --lowered]\n"
+    "                      [--gemm cublaslt|generated]\n"
     "\n"
     "Plans every layer of FILE (or only layer L) for one training step of M\n"
     "tokens (default 8192) on N tensor-parallel ranks (default: each layer's\n"
@@ -31,6 +32,8 @@ constexpr std::string_view kPlanHelp =
     "               role of each), GEMM calls (backend, operands, epilogue),\n"
     "               collectives and their stream, staging buffers, fallbacks, and\n"
     "               the kernels a Session compiles (docs/plan-json.md)\n"
+    "  --gemm G     with --lowered: every layer's FP8 GEMMs on G (cublaslt, or\n"
+    "               generated: fp8c's own, sm_90a) instead of what its `gemm =` says\n"
     "\n"
     "Exit status: 0 success, 1 invalid spec or planning error, 2 usage error.\n";
 
@@ -38,6 +41,7 @@ int run_plan(const Args& args) {
   std::string file, layer;
   PlanOptions options;
   bool json = false, lowered = false;
+  std::optional<GemmBackend> gemm;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&](const char* option, std::string& out) {
@@ -53,6 +57,11 @@ int run_plan(const Args& args) {
       lowered = true;
     } else if (a == "--layer") {
       if (!value("--layer", layer)) return usage_error("plan", "--layer needs a layer name");
+    } else if (a == "--gemm") {
+      GemmBackend b;
+      if (!value("--gemm", v) || !parse_gemm_backend(v, b))
+        return usage_error("plan", "--gemm must be cublaslt or generated");
+      gemm = b;
     } else if (a == "--ranks" || a == "--tokens") {
       std::uint64_t n = 0;
       if (!value(a.c_str(), v) || !parse_count(v, n))
@@ -73,8 +82,10 @@ int run_plan(const Args& args) {
   }
   if (file.empty()) return usage_error("plan", "no file given");
   if (json && lowered) return usage_error("plan", "--json and --lowered do not go together");
-  const std::optional<Spec> loaded = load_spec_reporting(file);
+  if (gemm && !lowered) return usage_error("plan", "--gemm needs --lowered");
+  std::optional<Spec> loaded = load_spec_reporting(file);
   if (!loaded) return 1;
+  if (gemm) set_gemm_backend(*loaded, *gemm);
   const Spec& spec = *loaded;
   if (!layer.empty()) {
     const Layer* only = spec.find_layer(layer);
