@@ -15,7 +15,9 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "api/session_plan.hpp"
@@ -269,75 +271,30 @@ GemmArgs executor_args(const LayerPlan& lp, const GemmStep& g, const GemmCall& c
   return args;
 }
 
-// Every GEMM the lowering gives to cuBLASLt's block-scaled mode is one
-// cuBLASLt takes (runtime/gemm/cublaslt_requirements.hpp, Hopper, 12.9),
-// over every example and tests/specs spec at several ranks and token
-// counts: the lowering's rules and the runner's never disagree, so a
-// fallback is chosen up front, not met as an error at run time.
-TEST(ExecutorLogic, EveryBlockScaledFp8GemmIsOneCublasLtTakes) {
-  std::vector<std::string> files;
-  for (const char* dir : {"examples", "tests/specs"})
-    for (const auto& entry : std::filesystem::directory_iterator(::fp8c::testing::source_path(dir)))
-      if (entry.path().extension() == ".fp8") files.push_back(entry.path().string());
-  int checked = 0, fallbacks = 0;
-  for (const auto& file : files) {
-    const Spec spec = load_spec(file);
-    for (std::uint32_t ranks : {1u, 2u, 4u, 8u})
-      for (std::uint64_t tokens : {1024u, 1056u, 4096u}) {
-        Plan plan;
-        try {
-          plan = plan_spec(spec, {ranks, tokens});
-        } catch (const PlanError&) {
-          continue;  // does not split that way
-        }
-        for (const LayerPlan& lp : plan.layers) {
-          const LoweredLayer low = lower_layer(*spec.find_layer(lp.layer), lp, {});
-          for (const auto& [steps, lowered] :
-               {std::pair{&lp.forward, &low.forward}, std::pair{&lp.backward, &low.backward}})
-            for (std::size_t i = 0; i < steps->size(); ++i) {
-              const auto* g = (*steps)[i].as<GemmStep>();
-              if (!g || !lp.tensor(g->a).block_scaled()) continue;
-              const GemmCall* c = nullptr;
-              for (const auto& a : (*lowered)[i].actions)
-                if (const auto* x = std::get_if<GemmCall>(&a)) c = x;
-              ASSERT_NE(c, nullptr);
-              if (c->operands != GemmCall::Operands::fp8) {
-                ++fallbacks;
-                continue;
-              }
-              for (std::int64_t r = 0; r < static_cast<std::int64_t>(c->segments); ++r) {
-                const auto problem = cublaslt_form_problem(
-                    executor_args(lp, *g, *c, (*lowered)[i], r), kCublasLtBlockScalingVersion, 90);
-                EXPECT_FALSE(problem.has_value())
-                    << file << " at " << ranks << " ranks, " << tokens << " tokens, layer "
-                    << lp.layer << " " << to_string(g->role) << ": " << problem.value_or("");
-                ++checked;
-              }
-            }
-        }
-      }
-  }
-  EXPECT_GT(checked, 100);
-  EXPECT_GT(fallbacks, 0);  // MXFP8, and 1056 tokens' partial K blocks
-}
+// One GEMM step of a lowered spec, as the checks below visit them.
+struct LoweredGemm {
+  std::string where;  // spec, ranks, tokens, layer and role, for messages
+  const LayerPlan& plan;
+  const LoweredLayer& lowered;
+  const GemmStep& step;
+  const GemmCall& call;
+  const LoweredStep& lowered_step;
+};
 
-// Every spec (examples, tests/specs) with each layer on `gemm = generated`,
-// at several ranks and token counts: every GEMM the lowering gives the
-// generated GEMM is one it takes (generated_gemm_problem, the H200's 132
-// SMs); the FP8 GEMMs it keeps on cuBLASLt say why in the notes; and every
-// configuration the generated GEMM would pick compiles for sm_90a with no
-// spills.
-TEST(ExecutorLogic, EveryGeneratedGemmIsOneItTakesAndCompiles) {
+// Every GEMM of every spec in examples/ and tests/specs at 1, 2, 4 and 8
+// ranks and 1024, 1056 and 4096 tokens (where the spec splits that way),
+// lowered with the default (Hopper) options; `backend`, when given,
+// replaces every layer's `gemm =` (whatever the spec's target).
+void for_each_lowered_gemm(std::optional<GemmBackend> backend,
+                           const std::function<void(const LoweredGemm&)>& visit) {
   std::vector<std::string> files;
   for (const char* dir : {"examples", "tests/specs"})
     for (const auto& entry : std::filesystem::directory_iterator(::fp8c::testing::source_path(dir)))
       if (entry.path().extension() == ".fp8") files.push_back(entry.path().string());
-  std::map<std::string, KernelSource> configurations;
-  int generated = 0, kept = 0;
   for (const auto& file : files) {
-    // Lowered for an H200 whatever the spec's target (MXFP8 specs name Blackwell).
     Spec spec = load_spec(file);
-    for (Layer& layer : spec.layers) layer.gemm = GemmBackend::generated;
+    if (backend)
+      for (Layer& layer : spec.layers) layer.gemm = *backend;
     for (std::uint32_t ranks : {1u, 2u, 4u, 8u})
       for (std::uint64_t tokens : {1024u, 1056u, 4096u}) {
         Plan plan;
@@ -357,30 +314,68 @@ TEST(ExecutorLogic, EveryGeneratedGemmIsOneItTakesAndCompiles) {
               for (const auto& a : (*lowered)[i].actions)
                 if (const auto* x = std::get_if<GemmCall>(&a)) c = x;
               ASSERT_NE(c, nullptr);
-              const std::string where = file + " at " + std::to_string(ranks) + " ranks, " +
-                                        std::to_string(tokens) + " tokens, layer " + lp.layer +
-                                        " " + std::string(to_string(g->role));
-              if (c->backend != "generated") {
-                EXPECT_EQ(c->backend, "cublaslt");
-                if (!g->high_precision) {
-                  EXPECT_TRUE(has_note(low, "not the generated GEMM")) << where;
-                  ++kept;
-                }
-                continue;
-              }
-              EXPECT_FALSE(g->high_precision) << where;
-              EXPECT_FALSE(c->activation_after) << where;
-              for (std::int64_t r = 0; r < static_cast<std::int64_t>(c->segments); ++r) {
-                const GemmArgs args = executor_args(lp, *g, *c, (*lowered)[i], r);
-                EXPECT_EQ(generated_gemm_problem(args, false, 132), "") << where;
-                const Fp8GemmKernel k = generated_gemm_choice(args, false, 132).kernel;
-                configurations.emplace(k.name(), emit_cuda(k));
-                ++generated;
-              }
+              visit({file + " at " + std::to_string(ranks) + " ranks, " + std::to_string(tokens) +
+                         " tokens, layer " + lp.layer + " " + std::string(to_string(g->role)),
+                     lp, low, *g, *c, (*lowered)[i]});
             }
         }
       }
   }
+}
+
+// Every GEMM the lowering gives to cuBLASLt's block-scaled mode is one
+// cuBLASLt takes (runtime/gemm/cublaslt_requirements.hpp, Hopper, 12.9),
+// over every example and tests/specs spec at several ranks and token
+// counts: the lowering's rules and the runner's never disagree, so a
+// fallback is chosen up front, not met as an error at run time.
+TEST(ExecutorLogic, EveryBlockScaledFp8GemmIsOneCublasLtTakes) {
+  int checked = 0, fallbacks = 0;
+  for_each_lowered_gemm(std::nullopt, [&](const LoweredGemm& x) {
+    if (!x.plan.tensor(x.step.a).block_scaled()) return;
+    if (x.call.operands != GemmCall::Operands::fp8) {
+      ++fallbacks;
+      return;
+    }
+    for (std::int64_t r = 0; r < static_cast<std::int64_t>(x.call.segments); ++r) {
+      const auto problem =
+          cublaslt_form_problem(executor_args(x.plan, x.step, x.call, x.lowered_step, r),
+                                kCublasLtBlockScalingVersion, 90);
+      EXPECT_FALSE(problem.has_value()) << x.where << ": " << problem.value_or("");
+      ++checked;
+    }
+  });
+  EXPECT_GT(checked, 100);
+  EXPECT_GT(fallbacks, 0);  // MXFP8, and 1056 tokens' partial K blocks
+}
+
+// Every spec (examples, tests/specs) with each layer on `gemm = generated`,
+// at several ranks and token counts: every GEMM the lowering gives the
+// generated GEMM is one it takes (generated_gemm_problem, the H200's 132
+// SMs); the FP8 GEMMs it keeps on cuBLASLt say why in the notes; and every
+// configuration the generated GEMM would pick compiles for sm_90a with no
+// spills.
+TEST(ExecutorLogic, EveryGeneratedGemmIsOneItTakesAndCompiles) {
+  std::map<std::string, KernelSource> configurations;
+  int generated = 0, kept = 0;
+  for_each_lowered_gemm(GemmBackend::generated, [&](const LoweredGemm& x) {
+    if (x.call.backend != "generated") {
+      EXPECT_EQ(x.call.backend, "cublaslt");
+      if (!x.step.high_precision) {
+        EXPECT_TRUE(has_note(x.lowered, "not the generated GEMM")) << x.where;
+        ++kept;
+      }
+      return;
+    }
+    EXPECT_FALSE(x.step.high_precision) << x.where;
+    EXPECT_FALSE(x.call.activation_after) << x.where;
+    for (std::int64_t r = 0; r < static_cast<std::int64_t>(x.call.segments); ++r) {
+      const GemmArgs args = executor_args(x.plan, x.step, x.call, x.lowered_step, r);
+      EXPECT_EQ(generated_gemm_problem(args, false, 132), "") << x.where;
+      const Fp8GemmKernel k = generated_gemm_choice(args, false, 132).kernel;
+      configurations.emplace(k.name(), emit_cuda(k));
+      ++generated;
+    }
+  });
   EXPECT_GT(generated, 100);
   EXPECT_GT(kept, 0);  // MXFP8
   std::vector<KernelSource> sources;
