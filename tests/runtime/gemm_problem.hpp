@@ -249,55 +249,6 @@ inline void run_and_check(GemmRunner& runner, Problem& p) {
   check(p);
 }
 
-// D += A.B^T (+ bias): a plain run then an accumulating one leave twice the
-// reference (the bias, added by each run, doubles with it).
-inline void expect_accumulate_doubles(GemmRunner& runner, Problem& p) {
-  SCOPED_TRACE(describe(p.form, p.shape));
-  Stream stream;
-  poison(p, stream.get());
-  runner.run(p.args, stream.get());
-  GemmArgs again = p.args;
-  again.accumulate = true;
-  std::string why;
-  ASSERT_TRUE(runner.supports(again, &why)) << why;
-  runner.run(again, stream.get());
-  stream.synchronize();
-  check(p, 2.0);
-}
-
-// Segmented K (a wgrad walking rank segments): two calls on sub-pointers
-// along K, the first `split` K and then the rest accumulating, leave what
-// one call over all of K does, within two accumulation bounds (and each
-// within the reference's). `f` must have an fp32 D.
-inline void expect_segmented_k_equals_one_call(GemmRunner& runner, const Form& f, const Shape& s,
-                                               std::int64_t split, std::uint32_t seed) {
-  Problem p = make_problem(f, s, seed);
-  Stream stream;
-  poison(p, stream.get());
-  runner.run(p.args, stream.get());
-  stream.synchronize();
-  check(p);
-  const auto whole = download<float>(p.dd, static_cast<std::size_t>(s.m * s.n));
-
-  GemmArgs first = p.args, second = p.args;
-  first.a.k = first.b.k = split;
-  second.a.k = second.b.k = s.k - split;
-  second.a.data += static_cast<CUdeviceptr>(split);
-  second.b.data += static_cast<CUdeviceptr>(split);
-  second.accumulate = true;
-  poison(p, stream.get());
-  runner.run(first, stream.get());
-  runner.run(second, stream.get());
-  stream.synchronize();
-  check(p);
-  const auto segmented = download<float>(p.dd, whole.size());
-  std::size_t bad = 0;
-  for (std::size_t i = 0; i < whole.size(); ++i)
-    if (!(std::fabs(segmented[i] - whole[i]) <= 2 * testing::kAccumulationEps * p.ref.abs_sum[i]))
-      ++bad;
-  EXPECT_EQ(bad, 0u) << "segmented and whole-K results differ beyond two accumulation bounds";
-}
-
 // 1x128 and 128x128 block scaling: scales uploaded in the layout cuBLASLt
 // reads (cublaslt_requirements.hpp), each element's value scaled by its block.
 // `tile_stride`: floats from one row of 128x128 blocks to the next (0: packed,
