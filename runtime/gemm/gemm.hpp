@@ -1,5 +1,6 @@
 // A GEMM as the GPU executor asks for it, independent of what runs it:
-// cuBLASLt now (cublaslt_gemm.cpp), the generated wgmma GEMM later. The
+// cuBLASLt (cublaslt_gemm.cpp) or fp8c's generated wgmma GEMM
+// (generated_gemm.hpp), as each lowered GEMM call's backend says. The
 // executor only ever sees GemmRunner.
 //
 // Row-major throughout, "TN" as Hopper's FP8 tensor cores need it: both
