@@ -156,21 +156,43 @@ class Lowering {
     // Partial K blocks are left to the dequantize path: cuBLASLt's block
     // modes are checked here only on whole ones.
     if (k % 128 != 0) return n + " has K = " + std::to_string(k) + ", not a multiple of 128";
+    if (std::string p = block_parts_problem(op); !p.empty()) return p;
+    if (op.scaling == Scaling::block_1x128 && k / 128 > 1 && rows % 4 != 0)
+      return n + " has " + std::to_string(rows) +
+             " rows: a K-block-major 1x128 scale tensor is unambiguous only for a multiple of 4";
+    return "";
+  }
+
+  // Why block-scaled `op` (K innermost), gathered from rank parts, does not
+  // keep whole blocks in each part, or "" when it does: its K blocks, and a
+  // 128x128 operand's 128-row blocks, restart at each part. Both GEMM
+  // backends read the blocks as one tensor.
+  std::string block_parts_problem(const Tensor& op) const {
+    const auto outer = static_cast<std::size_t>(op.outer_dim());
+    const auto inner = static_cast<std::size_t>(op.inner_dim());
+    const std::uint64_t rows = op.dims[outer].local, k = op.dims[inner].local;
     const std::uint32_t k_parts = op.block_segments[inner];
     if (k_parts > 1 && (k % k_parts != 0 || (k / k_parts) % 128 != 0))
-      return n + "'s K blocks restart at each of its " + std::to_string(k_parts) +
+      return op.name + "'s K blocks restart at each of its " + std::to_string(k_parts) +
              " rank parts, which are not multiples of 128";
-    const std::uint64_t nb = k / 128;
-    if (op.scaling == Scaling::block_1x128) {
-      if (nb > 1 && rows % 4 != 0)
-        return n + " has " + std::to_string(rows) +
-               " rows: a K-block-major 1x128 scale tensor is unambiguous only for a multiple of 4";
-      return "";
-    }
     const std::uint32_t row_parts = op.block_segments[outer];
-    if (row_parts > 1 && (rows % row_parts != 0 || (rows / row_parts) % 128 != 0))
-      return n + "'s 128-row blocks restart at each of its " + std::to_string(row_parts) +
+    if (op.scaling == Scaling::block_128x128 && row_parts > 1 &&
+        (rows % row_parts != 0 || (rows / row_parts) % 128 != 0))
+      return op.name + "'s 128-row blocks restart at each of its " + std::to_string(row_parts) +
              " rank parts, which are not multiples of 128";
+    return "";
+  }
+
+  // Why block-scaled `op` cannot be read one rank segment of K at a time, or
+  // "" when it can: each segment needs whole K blocks, and its scales a
+  // contiguous range, which K-block-major 1x128 scales have and 128x128 ones
+  // (K blocks innermost) do not.
+  std::string segmented_block_problem(const Tensor& op) const {
+    const std::uint64_t k = op.dims[static_cast<std::size_t>(op.inner_dim())].local;
+    if (op.scaling != Scaling::block_1x128)
+      return op.name + " is 128x128-scaled in a GEMM read one K segment at a time";
+    if (k % plan_.ranks != 0 || (k / plan_.ranks) % 128 != 0)
+      return "a K segment of " + op.name + " is not a multiple of 128";
     return "";
   }
 
@@ -190,22 +212,18 @@ class Lowering {
       return "cuBLASLt has no 128x128 x 128x128 GEMM";
     if (a.type == ElemType::e5m2 && b.type == ElemType::e5m2)
       return "cuBLASLt has no e5m2 x e5m2 GEMM";
-    // A K made of rank segments is read one segment at a time: each needs
-    // whole K blocks, and its scales a contiguous range, which K-block-major
-    // 1x128 scales have and 128x128 ones (K blocks innermost) do not.
-    // (Joining the segments into one matrix first, for one GEMM over the
-    // whole K, is the alternative; it costs a permute and staging, and has
-    // not been measured against this: `fp8c bench` runs one rank.)
+    // A K made of rank segments is read one segment at a time
+    // (segmented_block_problem). (Joining the segments into one matrix
+    // first, for one GEMM over the whole K, is the alternative; it costs a
+    // permute and staging, and has not been measured against this: `fp8c
+    // bench` runs one rank.)
     const bool segmented = (a.segmented || b.segmented) && g.segmented_k;
     if ((a.segmented || b.segmented) && !segmented)
       return "an operand is stored as rank segments along a dim the GEMM does not split";
     for (const Tensor* op : {&a, &b}) {
       if (std::string p = block_operand_problem(*op); !p.empty()) return p;
-      const std::uint64_t k = op->dims[static_cast<std::size_t>(op->inner_dim())].local;
-      if (segmented && op->scaling != Scaling::block_1x128)
-        return op->name + " is 128x128-scaled in a GEMM read one K segment at a time";
-      if (segmented && (k % plan_.ranks != 0 || (k / plan_.ranks) % 128 != 0))
-        return "a K segment of " + op->name + " is not a multiple of 128";
+      if (segmented)
+        if (std::string p = segmented_block_problem(*op); !p.empty()) return p;
     }
     const OutputEpilogue& e = g.epilogue;
     if (e.out_scale != kNoTensor || e.out_amax != kNoTensor)
@@ -231,28 +249,16 @@ class Lowering {
     if ((a.segmented || b.segmented) && !segmented)
       return "an operand is stored as rank segments along a dim the GEMM does not split";
     for (const Tensor* op : {&a, &b}) {
-      const auto outer = static_cast<std::size_t>(op->outer_dim());
-      const auto inner = static_cast<std::size_t>(op->inner_dim());
-      const std::uint64_t rows = op->dims[outer].local, k = op->dims[inner].local;
+      const std::uint64_t k = op->dims[static_cast<std::size_t>(op->inner_dim())].local;
       if (k % 16 != 0)
         return op->name + " has K = " + std::to_string(k) +
                ", not a multiple of 16 (TMA's row stride)";
       if (segmented && (k % plan_.ranks != 0 || (k / plan_.ranks) % 16 != 0))
         return "a K segment of " + op->name + " is not a multiple of 16 (TMA's row stride)";
       if (!op->block_scaled()) continue;
-      const std::uint32_t k_parts = op->block_segments[inner];
-      if (k_parts > 1 && (k % k_parts != 0 || (k / k_parts) % 128 != 0))
-        return op->name + "'s K blocks restart at each of its " + std::to_string(k_parts) +
-               " rank parts, which are not multiples of 128";
-      const std::uint32_t row_parts = op->block_segments[outer];
-      if (op->scaling == Scaling::block_128x128 && row_parts > 1 &&
-          (rows % row_parts != 0 || (rows / row_parts) % 128 != 0))
-        return op->name + "'s 128-row blocks restart at each of its " + std::to_string(row_parts) +
-               " rank parts, which are not multiples of 128";
-      if (segmented && op->scaling != Scaling::block_1x128)
-        return op->name + " is 128x128-scaled in a GEMM read one K segment at a time";
-      if (segmented && (k % plan_.ranks != 0 || (k / plan_.ranks) % 128 != 0))
-        return "a K segment of " + op->name + " is not a multiple of 128";
+      if (std::string p = block_parts_problem(*op); !p.empty()) return p;
+      if (segmented)
+        if (std::string p = segmented_block_problem(*op); !p.empty()) return p;
     }
     return "";
   }

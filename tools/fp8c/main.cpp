@@ -54,13 +54,13 @@ bool parse_count(const std::string& text, std::uint64_t& value, bool allow_zero)
 }
 
 bool parse_gemm_backend(const std::string& text, GemmBackend& value) {
-  if (text == "cublaslt")
-    value = GemmBackend::cublaslt;
-  else if (text == "generated")
-    value = GemmBackend::generated;
-  else
-    return false;
-  return true;
+  // The language's words for the backends (to_string), not a second copy.
+  for (GemmBackend b : {GemmBackend::cublaslt, GemmBackend::generated})
+    if (text == to_string(b)) {
+      value = b;
+      return true;
+    }
+  return false;
 }
 
 void set_gemm_backend(Spec& spec, GemmBackend backend) {
