@@ -1,6 +1,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "codegen/numerics/fp8.hpp"
 #include "codegen/numerics/half.hpp"
 #include "fp8c/session.hpp"
 #include "runtime/cuda_driver.hpp"
@@ -9,9 +10,9 @@ namespace fp8c {
 
 DeviceTensor::DeviceTensor(DType dtype, std::int64_t rows, std::int64_t cols) {
   if (rows < 0 || cols < 0) throw SessionError("DeviceTensor: negative shape");
-  if (!is_high_precision(dtype))
+  if (!is_high_precision(dtype) && !is_fp8(dtype))
     throw SessionError("DeviceTensor: " + std::string(to_string(dtype)) +
-                       " is not a high-precision type (bf16, fp16 or fp32)");
+                       " is not a tensor type (bf16, fp16, fp32, e4m3 or e5m2)");
   ref_ = {nullptr, dtype, rows, cols};
   const std::size_t bytes = static_cast<std::size_t>(rows * cols) * element_bytes(dtype);
   CUdeviceptr p = 0;
@@ -42,6 +43,13 @@ void DeviceTensor::upload(const std::vector<float>& values) {
     FP8C_CU(runtime::driver().cuMemcpyHtoD(p, values.data(), n * 4));
     return;
   }
+  if (is_fp8(ref_.dtype)) {
+    std::vector<std::uint8_t> codes(n);
+    for (std::size_t i = 0; i < n; ++i)
+      codes[i] = numerics::float_to_fp8(values[i], ref_.dtype, numerics::Saturation::satfinite);
+    FP8C_CU(runtime::driver().cuMemcpyHtoD(p, codes.data(), n));
+    return;
+  }
   std::vector<std::uint16_t> bits(n);
   for (std::size_t i = 0; i < n; ++i)
     bits[i] = ref_.dtype == ElemType::bf16 ? numerics::float_to_bf16(values[i])
@@ -56,6 +64,12 @@ std::vector<float> DeviceTensor::download() const {
   const auto p = reinterpret_cast<CUdeviceptr>(ref_.data);
   if (ref_.dtype == ElemType::fp32) {
     FP8C_CU(runtime::driver().cuMemcpyDtoH(values.data(), p, n * 4));
+    return values;
+  }
+  if (is_fp8(ref_.dtype)) {
+    std::vector<std::uint8_t> codes(n);
+    FP8C_CU(runtime::driver().cuMemcpyDtoH(codes.data(), p, n));
+    for (std::size_t i = 0; i < n; ++i) values[i] = numerics::fp8_to_float(codes[i], ref_.dtype);
     return values;
   }
   std::vector<std::uint16_t> bits(n);

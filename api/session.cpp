@@ -62,9 +62,12 @@ TensorRef from_dlpack(const DLTensor& t) {
     r.dtype = ElemType::fp16;
   else if (t.dtype.code == kDLFloat && t.dtype.bits == 32)
     r.dtype = ElemType::fp32;
+  else if (t.dtype.code == kDLUInt && t.dtype.bits == 8)
+    r.dtype = ElemType::u8;
   else
     throw SessionError("from_dlpack: element type code " + std::to_string(t.dtype.code) + " with " +
-                       std::to_string(t.dtype.bits) + " bits (fp8c takes bf16, fp16, fp32)");
+                       std::to_string(t.dtype.bits) +
+                       " bits (fp8c takes bf16, fp16, fp32, and uint8 for FP8 bytes)");
   r.data = static_cast<char*>(t.data) + t.byte_offset;
   return r;
 }
@@ -107,6 +110,18 @@ struct Session::Impl {
     // The end of forward, for a backward enqueued on another stream.
     std::unique_ptr<runtime::Event> forward_end;
     CUstream forward_stream = nullptr;
+    // The end of the last update, for a producer's forward on another
+    // stream (it reads the scale that update wrote, and writes the amax
+    // that update read).
+    std::unique_ptr<runtime::Event> update_end;
+    CUstream update_stream = nullptr;
+    // A chain in FP8 (`output = fp8` into a delayed-scaling consumer): the
+    // producer's epilogue quantizes with the consumer's input scale, read
+    // from the consumer's state, and writes its output amax into the
+    // consumer's amax slot; the caller hands the FP8 buffer over.
+    LayerRun* fp8_consumer = nullptr;
+    LayerRun* fp8_producer = nullptr;
+    CUdeviceptr fp8_output = 0;  // the y of the last forward, when it is FP8
   };
   std::map<std::string, LayerRun> layers;
 
@@ -153,6 +168,44 @@ struct Session::Impl {
           *run.state);
       layers.emplace(lp.layer, std::move(run));
     }
+    for (auto& [name, run] : layers)
+      if (run.plan->io.y_fp8 != kNoTensor) connect_fp8_chain(run);
+  }
+
+  // Points the producer's FP8 output scale and amax at its consumer's
+  // input scale and amax (what the CPU chain copies: cpu::run_chain).
+  void connect_fp8_chain(LayerRun& producer) {
+    LayerRun* consumer = nullptr;
+    for (auto& [name, run] : layers)
+      if (run.plan->io.x_fp8 != kNoTensor && run.layer->input == producer.layer->name)
+        consumer = &run;
+    const LayerIo& out = producer.plan->io;
+    if (!consumer || out.y_scale == kNoTensor || out.y_amax == kNoTensor)
+      throw runtime::ExecutorError("gpu executor: layer '" + producer.layer->name +
+                                   "' writes FP8 output for a consumer the plan does not have");
+    const LayerIo& in = consumer->plan->io;
+    const int input_scale = consumer->plan->tensor(in.x_fp8).scale;
+    producer.exec->bind_scale(out.y_scale, consumer->exec->scale_pair(input_scale));
+    producer.exec->bind(out.y_amax, consumer->exec->address(in.x_amax));
+    producer.fp8_consumer = consumer;
+    consumer->fp8_producer = &producer;
+  }
+
+  // The plan tensor behind a caller's key ("x", "w", "y", "dw", ...): x and
+  // y are the FP8 hand-over of a chain where the plan has one.
+  int io_tensor(const LayerRun& run, const std::string& layer, const std::string& key) const {
+    const LayerIo& io = run.plan->io;
+    const std::pair<const char*, int> names[] = {{"x", io.x != kNoTensor ? io.x : io.x_fp8},
+                                                 {"w", io.w},
+                                                 {"b", io.b},
+                                                 {"y", io.y != kNoTensor ? io.y : io.y_fp8},
+                                                 {"dy", io.dy},
+                                                 {"dx", io.dx},
+                                                 {"dw", io.dw},
+                                                 {"db", io.db}};
+    for (const auto& [name, id] : names)
+      if (key == name && id != kNoTensor) return id;
+    throw SessionError("fp8c: layer '" + layer + "' has no tensor '" + key + "'");
   }
 
   LayerRun& layer(const std::string& name) {
@@ -161,7 +214,8 @@ struct Session::Impl {
     return it->second;
   }
 
-  // Binds `t` to plan tensor `id` after checking dtype and shape.
+  // Binds `t` to plan tensor `id` after checking dtype and shape. An FP8
+  // tensor (a chain's hand-over) may come as its format or as raw bytes (u8).
   void bind(LayerRun& run, int id, const TensorRef& t, const char* what) {
     if (id == kNoTensor) throw SessionError("fp8c: layer '" + run.layer->name + "' has no " + what);
     const Tensor* p = &run.plan->tensor(id);
@@ -169,11 +223,12 @@ struct Session::Impl {
     const std::int64_t cols = static_cast<std::int64_t>(p->dims[1].local);
     if (!t.data)
       throw SessionError("fp8c: layer '" + run.layer->name + "': " + what + " is a null pointer");
-    if (!is_high_precision(t.dtype))
+    const bool fp8 = is_fp8(p->type);
+    if (!fp8 && !is_high_precision(t.dtype))
       throw SessionError("fp8c: layer '" + run.layer->name + "': " + what + " is " + describe(t) +
                          "; tensors are bf16, fp16 or fp32");
-    if (t.dtype != p->type || t.rows * t.cols != rows * cols ||
-        (t.cols != cols && !(cols == 1 || rows == 1)))
+    const bool type_ok = t.dtype == p->type || (fp8 && t.dtype == ElemType::u8);
+    if (!type_ok || t.rows * t.cols != rows * cols || (t.cols != cols && !(cols == 1 || rows == 1)))
       throw SessionError("fp8c: layer '" + run.layer->name + "': " + what + " is " + describe(t) +
                          ", the plan needs " + std::string(to_string(p->type)) + " [" +
                          std::to_string(rows) + ", " + std::to_string(cols) + "]");
@@ -262,17 +317,13 @@ const std::vector<KernelReport>& Session::kernels() const {
 
 std::vector<std::int64_t> Session::shape(const std::string& layer, const std::string& key) const {
   auto& run = impl_->layer(layer);
-  const LayerIo& io = run.plan->io;
-  const std::pair<const char*, int> names[] = {{"x", io.x},   {"w", io.w},   {"b", io.b},
-                                               {"y", io.y},   {"dy", io.dy}, {"dx", io.dx},
-                                               {"dw", io.dw}, {"db", io.db}};
-  for (const auto& [name, id] : names)
-    if (key == name && id != kNoTensor) {
-      const Tensor& t = run.plan->tensor(id);
-      return {static_cast<std::int64_t>(t.dims[0].local),
-              static_cast<std::int64_t>(t.dims[1].local)};
-    }
-  throw SessionError("fp8c: layer '" + layer + "' has no tensor '" + key + "'");
+  const Tensor& t = run.plan->tensor(impl_->io_tensor(run, layer, key));
+  return {static_cast<std::int64_t>(t.dims[0].local), static_cast<std::int64_t>(t.dims[1].local)};
+}
+
+DType Session::dtype(const std::string& layer, const std::string& key) const {
+  auto& run = impl_->layer(layer);
+  return run.plan->tensor(impl_->io_tensor(run, layer, key)).type;
 }
 
 void Session::forward(const std::string& name, const LayerInputs& in, const TensorRef& y,
@@ -280,25 +331,40 @@ void Session::forward(const std::string& name, const LayerInputs& in, const Tens
   auto& run = impl_->layer(name);
   impl_->device.make_current();
   const LayerIo& io = run.plan->io;
-  if (io.x_fp8 != kNoTensor)
-    throw SessionError("fp8c: layer '" + name +
-                       "' takes its producer's FP8 output directly; chaining FP8 outputs "
-                       "through the host API is not supported yet (use output = bf16)");
-  if (io.y_fp8 != kNoTensor)
-    throw SessionError("fp8c: layer '" + name +
-                       "' writes its output in FP8 for its consumer; handing FP8 outputs "
-                       "through the host API is not supported yet (use output = bf16)");
-  impl_->bind(run, io.x, in.x, "input x");
+  const CUstream s = stream ? static_cast<CUstream>(stream) : impl_->stream.get();
+  if (Impl::LayerRun* producer = run.fp8_producer) {
+    // The input is the producer's FP8 output of this step, as written.
+    const std::string from = producer->layer->name;
+    if (!producer->forward_done)
+      throw SessionError("fp8c: layer '" + name + "' takes its input in FP8 from '" + from +
+                         "': run '" + from + "' forward first, in the same step");
+    if (reinterpret_cast<CUdeviceptr>(in.x.data) != producer->fp8_output)
+      throw SessionError("fp8c: layer '" + name + "': input x must be the FP8 output y that '" +
+                         from + "' forward wrote in this step (its scale and amax come with it)");
+    impl_->bind(run, io.x_fp8, in.x, "input x");
+    if (s != producer->forward_stream)
+      FP8C_CU(runtime::driver().cuStreamWaitEvent(s, producer->forward_end->get(), 0));
+  } else {
+    impl_->bind(run, io.x, in.x, "input x");
+  }
   impl_->bind(run, io.w, in.w, "weight w");
   if (run.layer->bias) impl_->bind(run, io.b, in.bias, "bias");
-  impl_->bind(run, io.y, y, "output y");
-  const CUstream s = stream ? static_cast<CUstream>(stream) : impl_->stream.get();
+  if (Impl::LayerRun* consumer = run.fp8_consumer) {
+    impl_->bind(run, io.y_fp8, y, "output y");
+    // The epilogue reads the consumer's scale, which its last update wrote,
+    // and writes the amax that update read.
+    if (consumer->update_end && s != consumer->update_stream)
+      FP8C_CU(runtime::driver().cuStreamWaitEvent(s, consumer->update_end->get(), 0));
+  } else {
+    impl_->bind(run, io.y, y, "output y");
+  }
   run.exec->set_stream(s);
   impl_->step(name, [&] { run.exec->forward(); });
   if (!run.forward_end) run.forward_end = std::make_unique<runtime::Event>();
   run.forward_end->record(s);
   run.forward_stream = s;
   run.forward_done = true;
+  run.fp8_output = run.fp8_consumer ? reinterpret_cast<CUdeviceptr>(y.data) : 0;
 }
 
 void Session::backward(const std::string& name, const TensorRef& dy, const LayerGrads& out,
@@ -323,6 +389,9 @@ void Session::backward(const std::string& name, const TensorRef& dy, const Layer
     run.exec->backward();
     run.exec->update();
   });
+  if (!run.update_end) run.update_end = std::make_unique<runtime::Event>();
+  run.update_end->record(s);
+  run.update_stream = s;
 }
 
 void Session::synchronize() {

@@ -5,14 +5,14 @@
 #   bench/gpu.sh BUILD_DIR COMMIT
 # FP8C_PROFILE=1 adds an ncu profile of the main kernel; FP8C_NO_PEERS=1
 # skips the PyTorch peers (when device time is short).
-# FP8C_ONLY=quantize|layer|block|gemm runs one benchmark; FP8C_SKIP_TESTS=1 skips the
+# FP8C_ONLY=quantize|layer|chain|block|gemm runs one benchmark; FP8C_SKIP_TESTS=1 skips the
 # tests and the sanitizer, FP8C_SKIP_BENCH=1 the benchmarks. The tests take
 # about 5 minutes and the benchmarks with peers about as long: past the device
 # tool's 10 minutes a call, so run it as two calls (FP8C_SKIP_BENCH=1, then
 # FP8C_SKIP_TESTS=1).
 # Writes $OUT/gpu_run.tgz (or ./gpu-out/) holding tests.log, executor_tests.log,
 # host_example.log, quantize_fp8c.json, quantize_peers.json, quantize.json,
-# layer_fp8c.json, layer_peers.json, layer.json, block_steps.json, gemm.json (the records for
+# layer_fp8c.json, layer_peers.json, layer.json, chain.json, block_steps.json, gemm.json (the records for
 # bench/results/).
 set -uo pipefail
 build=${1:-build}
@@ -27,7 +27,7 @@ rm -rf "$out"
 mkdir -p "$out"
 pack() {
   tar -czf "$final/gpu_run.tgz" -C "$out" .
-  for record in layer.json quantize.json block_steps.json gemm.json; do
+  for record in layer.json quantize.json block_steps.json gemm.json chain.json; do
     [ -f "$out/$record" ] && cp "$out/$record" "$final/"
   done
   rm -rf "$out"
@@ -118,6 +118,12 @@ if [ "${FP8C_ONLY:-quantize}" = layer ] || [ -z "${FP8C_ONLY:-}" ]; then
   fi
 fi
 [ "${FP8C_ONLY:-}" = layer ] && exit $tests
+
+if [ "${FP8C_ONLY:-quantize}" = chain ] || [ -z "${FP8C_ONLY:-}" ]; then
+  echo "== two-layer MLP steps through fp8c::Session: FP8 hand-over against bf16"
+  timeout 200 "$build/bench/chain_bench" --commit "$commit" --json "$out/chain.json"
+fi
+[ "${FP8C_ONLY:-}" = chain ] && exit $tests
 
 if [ "${FP8C_ONLY:-quantize}" = block ] || [ -z "${FP8C_ONLY:-}" ]; then
   echo "== block-scaled layer steps: block-scaled FP8 GEMMs against the dequantize path"

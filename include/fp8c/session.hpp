@@ -36,13 +36,16 @@ namespace fp8c {
 // A row-major 2-D (or 1-D, for bias) tensor in device memory.
 struct TensorRef {
   void* data = nullptr;
-  DType dtype = DType::bf16;  // bf16, fp16 or fp32 (else SessionError where it is used)
+  // bf16, fp16 or fp32; e4m3 or e5m2 (or u8, as raw bytes) for an FP8
+  // chain's hand-over (else SessionError where it is used)
+  DType dtype = DType::bf16;
   std::int64_t rows = 0;
   std::int64_t cols = 1;
 };
 
 // A DLPack tensor (PyTorch, CuPy, JAX) as a TensorRef, without a copy: a
-// contiguous CUDA tensor of 1 or 2 dims in bf16, fp16 or fp32. Throws
+// contiguous CUDA tensor of 1 or 2 dims in bf16, fp16 or fp32, or uint8 (an
+// FP8 tensor viewed as bytes: DLPack 0.6 has no FP8 codes). Throws
 // SessionError naming what does not fit.
 TensorRef from_dlpack(const DLTensor& tensor);
 
@@ -53,7 +56,9 @@ class SessionError : public std::runtime_error {
 
 // Device memory owned by fp8c, for programs that have no framework of their
 // own to allocate with (the examples, the benchmarks). Allocated on the
-// device whose context is current: create a Session first.
+// device whose context is current: create a Session first. bf16, fp16,
+// fp32, or e4m3/e5m2 (upload rounds to nearest even, saturating to the
+// format's largest finite value; download reads the codes back as floats).
 class DeviceTensor {
  public:
   DeviceTensor(DType dtype, std::int64_t rows, std::int64_t cols = 1);
@@ -111,8 +116,10 @@ class Session {
   int ranks() const;
   std::vector<std::string> layers() const;
   const std::vector<KernelReport>& kernels() const;
-  // Shape this rank's tensor `key` ("x", "w", "y", "dw", ...) has in `layer`.
+  // Shape and element type of this rank's tensor `key` ("x", "w", "y",
+  // "dw", ...) in `layer`.
   std::vector<std::int64_t> shape(const std::string& layer, const std::string& key) const;
+  DType dtype(const std::string& layer, const std::string& key) const;
 
   // Enqueue on `stream` (a CUstream; null: the session's own stream, which
   // is ordered with the legacy default stream 0). forward keeps what
@@ -121,6 +128,17 @@ class Session {
   // debug fallback) must stay valid and unchanged until backward. A
   // backward on another stream than its forward waits for the forward.
   // Tensors must be device memory of the session's GPU, 16-byte aligned.
+  //
+  // FP8 chains: where a layer has `output = fp8` and its one consumer uses
+  // delayed scaling, the producer's y is FP8 (dtype(producer, "y"): e4m3 or
+  // e5m2, or u8 for raw bytes), quantized by the producer's GEMM epilogue
+  // with the consumer's current input scale; the consumer's forward takes
+  // that same buffer as its x, in the same step, after the producer's
+  // forward (the output amax goes to the consumer's history with it). The
+  // buffer is free again once the consumer's forward is enqueued. Under
+  // current scaling the plan writes y in high precision instead (the
+  // producer cannot know a scale computed from the consumer's input): `fp8c
+  // plan` notes it.
   void forward(const std::string& layer, const LayerInputs& in, const TensorRef& y,
                void* stream = nullptr);
   // Backward and the end of the layer's step: enqueues the scale update and,

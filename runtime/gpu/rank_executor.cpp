@@ -195,8 +195,21 @@ void GpuRankExecutor::upload_externals(const cpu::TensorStore& host) {
   }
 }
 
+void GpuRankExecutor::bind_scale(int id, ScalePair pair) {
+  if (id < 0 || static_cast<std::size_t>(id) >= addresses_.size() ||
+      state_view_[static_cast<std::size_t>(id)] || !is_scale_pair(plan_.tensor(id)))
+    throw ExecutorError("gpu executor: layer '" + layer_.name +
+                        "': not a scale the caller can provide");
+  if (pair.scale == 0 || pair.inverse == 0 || pair.scale % 16 != 0 || pair.inverse % 16 != 0)
+    throw ExecutorError("gpu executor: layer '" + layer_.name + "': the scale of " +
+                        plan_.tensor(id).name + " must be two 16-byte aligned device addresses");
+  bound_scales_.resize(addresses_.size());
+  bound_scales_[static_cast<std::size_t>(id)] = pair;
+}
+
 GpuRankExecutor::Slot GpuRankExecutor::slot(int scale_tensor) const {
   const auto i = static_cast<std::size_t>(scale_tensor);
+  if (i < bound_scales_.size() && bound_scales_[i].scale) return bound_scales_[i];
   if (state_view_[i]) {
     const int d = plan_.delayed_index_of_scale(scale_tensor);
     const int si = d < 0 ? -1 : state_.index(plan_.delayed[static_cast<std::size_t>(d)].key());

@@ -71,6 +71,16 @@ class GpuRankExecutor {
   // caller wants written in place) at caller-owned device memory of the
   // plan's size. Not the delayed-scaling state.
   void bind(int id, CUdeviceptr data);
+  // A per-tensor scale and its inverse, wherever they live: the layer's
+  // state for a delayed scale, else the pair in the arena.
+  struct ScalePair {
+    CUdeviceptr scale = 0, inverse = 0;
+  };
+  ScalePair scale_pair(int scale_tensor) const { return slot(scale_tensor); }
+  // Reads scale tensor `id` (not a delayed scale of this layer) from `pair`
+  // from now on: a producer's FP8 output scale is its consumer's input
+  // scale, read where the consumer's state keeps it, with no copy.
+  void bind_scale(int id, ScalePair pair);
   void set_stream(CUstream stream) { r_.stream = stream; }
   // Benchmarks only: collectives are not run (their outputs keep whatever
   // they held), to time the rest of a step without communication.
@@ -105,9 +115,7 @@ class GpuRankExecutor {
   void download(cpu::TensorStore& host) const;
 
  private:
-  struct Slot {
-    CUdeviceptr scale = 0, inverse = 0;
-  };
+  using Slot = ScalePair;
   void run_pass(const char* pass, const std::vector<Step>& steps,
                 const std::vector<LoweredStep>& lowered, bool gemms_only = false);
   void execute(const Step& s, const LoweredStep& l);
@@ -148,7 +156,8 @@ class GpuRankExecutor {
   Event verdict_ready_;
   bool verdict_pending_ = false;
   std::vector<CUdeviceptr> addresses_;
-  std::vector<bool> state_view_;  // the address is in DeviceLayerState
+  std::vector<bool> state_view_;         // the address is in DeviceLayerState
+  std::vector<ScalePair> bound_scales_;  // bind_scale's pairs (zero: the arena's)
   std::vector<bool> written_;
   StepProfiler* profiler_ = nullptr;
   bool skip_collectives_ = false;

@@ -9,11 +9,13 @@
 #include <fstream>
 
 #include "../runtime/gpu_fixture.hpp"
+#include "codegen/numerics/fp8.hpp"
 #include "codegen/numerics/half.hpp"
 #include "codegen/plan/planner.hpp"
 #include "fp8c/session.hpp"
 #include "runtime/cpu/executor.hpp"
 #include "runtime/device.hpp"
+#include "runtime/gpu/state_file.hpp"
 
 namespace fp8c {
 namespace {
@@ -204,6 +206,158 @@ TEST(Session, ANanVerdictSurfacesAtTheLayersNextForward) {
     EXPECT_NE(std::string(e.what()).find("NaN in l.dy"), std::string::npos) << e.what();
   }
   EXPECT_NO_THROW(run_step(s, cpu::random_layer_data(l, 128, 8), o, 128));
+  EXPECT_NO_THROW(s.synchronize());
+}
+
+// Two layers chained in FP8: fc1 (output = fp8) writes e4m3 with fc2's
+// delayed input scale, fc2 reads those bytes as its input.
+const char* kFp8Chain = R"(
+recipe r = delayed { history = 4 }
+layer fc1 = linear { in = 256  out = 512  bias = true  activation = gelu  output = fp8  recipe = r }
+layer fc2 = linear { input = fc1  out = 256  bias = true  recipe = r }
+)";
+
+double relative_l2(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < want.size() && i < got.size(); ++i) {
+    diff += std::pow(double(got[i]) - want[i], 2);
+    norm += std::pow(double(want[i]), 2);
+  }
+  return got.size() == want.size() && norm > 0 ? std::sqrt(diff / norm) : 1e9;
+}
+
+std::vector<float> download_floats(const runtime::DeviceBuffer& b, std::size_t n, DType t) {
+  std::vector<float> v(n);
+  if (t == DType::fp32) {
+    b.download(v.data(), n * 4);
+    return v;
+  }
+  std::vector<std::uint16_t> bits(n);
+  b.download(bits.data(), n * 2);
+  for (std::size_t i = 0; i < n; ++i) v[i] = numerics::bf16_to_float(bits[i]);
+  return v;
+}
+
+// Three steps of the chain through the host API against cpu::run_chain: the
+// FP8 bytes handed over (decoded with the reference's scale of that step),
+// both layers' outputs and gradients, and fc2's input history, which holds
+// fc1's output amaxes. The middle step runs each layer on a caller stream of
+// its own and is not waited for: the session orders the hand-over (fc2's
+// forward after fc1's) and the next step's fc1 forward after fc2's update.
+TEST(Session, Fp8ChainMatchesTheCpuChain) {
+  REQUIRE_GPU();
+  const std::int64_t T = 128;
+  Session s(write_spec("chain", kFp8Chain), options_for(T));
+  const Layer& l1 = s.spec().layers[0];
+  const Layer& l2 = s.spec().layers[1];
+  ASSERT_EQ(s.dtype("fc1", "y"), DType::e4m3);
+  ASSERT_EQ(s.dtype("fc2", "x"), DType::e4m3);
+  ASSERT_EQ(s.shape("fc2", "x"), (std::vector<std::int64_t>{T, 512}));
+  runtime::DeviceBuffer h(static_cast<std::size_t>(T * 512));
+  const TensorRef rh{reinterpret_cast<void*>(h.get()), DType::e4m3, T, 512};
+  Outputs o1(T, l1.in, l1.out), o2(T, 512, l2.out);
+  runtime::Stream stream_a, stream_b;
+  runtime::Event dx_ready;
+  std::vector<cpu::ChainData> data;
+  for (int i = 0; i < 3; ++i)
+    data.push_back({cpu::random_layer_data(l1, T, 30 + i), cpu::random_layer_data(l2, T, 40 + i)});
+  PlanOptions po;
+  po.tokens = T;
+  const Plan plan = plan_spec(s.spec(), po);
+  cpu::ExecutorOptions eo;
+  eo.backend = collectives::Backend::kInProcess;
+  const auto ref = cpu::run_chain(l1, plan.layers[0], l2, plan.layers[1], data, eo);
+  float scale = 1.0f;  // fc2's input scale in the step (the reference's)
+  std::vector<std::unique_ptr<StepInputs>> inputs;
+  for (std::size_t i = 0; i < data.size(); ++i) {
+    SCOPED_TRACE("step " + std::to_string(i));
+    // Kept until the end: the step not waited for still reads them.
+    inputs.push_back(std::make_unique<StepInputs>(l1, data[i].first, T));
+    inputs.push_back(std::make_unique<StepInputs>(l2, data[i].second, T));
+    const StepInputs &a = *inputs[inputs.size() - 2], &b = *inputs.back();
+    const bool streams = i == 1;
+    void* s1 = streams ? stream_a.get() : nullptr;
+    void* s2 = streams ? stream_b.get() : nullptr;
+    s.forward("fc1", {a.x.ref, a.w.ref, a.b.ref}, rh, s1);
+    s.forward("fc2", {rh, b.w.ref, b.b.ref}, o2.ry, s2);
+    s.backward("fc2", b.dy.ref, {o2.rdx, o2.rdw, o2.rdb}, s2);
+    if (streams) {  // the caller's own dependency: fc2's dX is fc1's dY
+      dx_ready.record(stream_b.get());
+      ASSERT_EQ(runtime::driver().cuStreamWaitEvent(stream_a.get(), dx_ready.get(), 0),
+                CUDA_SUCCESS);
+    }
+    s.backward("fc1", o2.rdx, {o1.rdx, o1.rdw, o1.rdb}, s1);
+    const cpu::ChainStepResult& r = ref[0][i];
+    if (streams) {
+      scale = r.second.state.delayed.at("x").scale;
+      continue;
+    }
+    s.synchronize();
+    std::vector<std::uint8_t> codes(static_cast<std::size_t>(T * 512));
+    h.download(codes.data(), codes.size());
+    std::vector<float> handed(codes.size());
+    for (std::size_t k = 0; k < codes.size(); ++k)
+      handed[k] = numerics::fp8_to_float(codes[k], DType::e4m3) / scale;
+    EXPECT_LT(relative_l2(handed, r.first.y), 3e-2);
+    EXPECT_LT(relative_l2(download_floats(o2.y, T * l2.out, DType::bf16), r.second.y), 3e-2);
+    EXPECT_LT(relative_l2(download_floats(o2.dx, T * 512, DType::bf16), r.second.dx), 3e-2);
+    EXPECT_LT(relative_l2(download_floats(o2.dw, l2.out * 512, DType::fp32), r.second.dw), 3e-2);
+    EXPECT_LT(relative_l2(download_floats(o1.dx, T * l1.in, DType::bf16), r.first.dx), 3e-2);
+    EXPECT_LT(relative_l2(download_floats(o1.dw, l1.out * l1.in, DType::fp32), r.first.dw), 3e-2);
+    const std::string file = (fs::temp_directory_path() / "fp8c_session_chain.txt").string();
+    s.save_state(file);
+    std::ifstream f(file);
+    const auto states =
+        runtime::parse_state_file(std::string((std::istreambuf_iterator<char>(f)), {}), file);
+    const cpu::DelayedScale& got = states.at("fc2").delayed.at("x");
+    const cpu::DelayedScale& want = r.second.state.delayed.at("x");
+    ASSERT_EQ(got.history.size(), want.history.size());
+    for (std::size_t k = 0; k < want.history.size(); ++k)
+      EXPECT_NEAR(got.history[k], want.history[k], 1e-2 * std::fabs(want.history[k])) << k;
+    EXPECT_GT(want.history[0], 0.0f);
+    EXPECT_NEAR(got.scale, want.scale, 1e-2 * want.scale);
+    scale = want.scale;
+  }
+}
+
+// Misuse of the hand-over is an error naming it, before anything runs.
+TEST(Session, Fp8ChainMisuseNamesTheProblem) {
+  REQUIRE_GPU();
+  const std::int64_t T = 128;
+  Session s(write_spec("chain_misuse", kFp8Chain), options_for(T));
+  const Layer& l1 = s.spec().layers[0];
+  const Layer& l2 = s.spec().layers[1];
+  runtime::DeviceBuffer h(static_cast<std::size_t>(T * 512)),
+      other(static_cast<std::size_t>(T * 512));
+  const TensorRef rh{reinterpret_cast<void*>(h.get()), DType::e4m3, T, 512};
+  const TensorRef bytes{reinterpret_cast<void*>(h.get()), DType::u8, T, 512};
+  const TensorRef wrong{reinterpret_cast<void*>(other.get()), DType::e4m3, T, 512};
+  Outputs o2(T, 512, l2.out);
+  const StepInputs a(l1, cpu::random_layer_data(l1, T, 1), T),
+      b(l2, cpu::random_layer_data(l2, T, 2), T);
+  const auto message = [](auto&& call) {
+    try {
+      call();
+    } catch (const SessionError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(message([&] {
+              s.forward("fc2", {rh, b.w.ref, b.b.ref}, o2.ry);
+            }).find("run 'fc1' forward first"),
+            std::string::npos);
+  Bf16Buffer hp(std::vector<float>(T * 512), T, 512);
+  EXPECT_NE(message([&] {
+              s.forward("fc1", {a.x.ref, a.w.ref, a.b.ref}, hp.ref);
+            }).find("the plan needs e4m3 [128, 512]"),
+            std::string::npos);
+  s.forward("fc1", {a.x.ref, a.w.ref, a.b.ref}, bytes);  // raw bytes are accepted
+  EXPECT_NE(message([&] {
+              s.forward("fc2", {wrong, b.w.ref, b.b.ref}, o2.ry);
+            }).find("must be the FP8 output y that 'fc1' forward wrote"),
+            std::string::npos);
+  EXPECT_NO_THROW(s.forward("fc2", {rh, b.w.ref, b.b.ref}, o2.ry));
   EXPECT_NO_THROW(s.synchronize());
 }
 
