@@ -62,7 +62,8 @@ FP8C_NAMES(ParallelMode, {"column", ParallelMode::column}, {"row", ParallelMode:
 FP8C_NAMES(Activation, {"none", Activation::none}, {"relu", Activation::relu},
            {"gelu", Activation::gelu}, {"silu", Activation::silu})
 FP8C_NAMES(SaveInput, {"fp8", SaveInput::fp8}, {"original", SaveInput::original})
-FP8C_NAMES(GemmBackend, {"cublaslt", GemmBackend::cublaslt}, {"generated", GemmBackend::generated})
+FP8C_NAMES(GemmBackend, {"auto", GemmBackend::automatic}, {"cublaslt", GemmBackend::cublaslt},
+           {"generated", GemmBackend::generated})
 FP8C_NAMES(GemmKind, {"fprop", GemmKind::fprop}, {"dgrad", GemmKind::dgrad},
            {"wgrad", GemmKind::wgrad})
 

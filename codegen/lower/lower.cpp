@@ -285,16 +285,58 @@ class Lowering {
     return true;
   }
 
+  // Why cuBLASLt cannot run a GEMM of FP8 operands as an FP8 GEMM (it would
+  // dequantize them, or its runner refuses the form), or "" when it can:
+  // block_gemm_problem for block scales, and for per-tensor ones the type
+  // rules of runtime/gemm/cublaslt_requirements.hpp that a plan can break
+  // (ExecutorLogic.EveryAutoGemmIsOneItsBackendTakes holds the two together).
+  std::string cublaslt_fp8_problem(const GemmStep& g) const {
+    const Tensor& a = t(g.a);
+    const Tensor& b = t(g.b);
+    if (a.block_scaled() || b.block_scaled()) return block_gemm_problem(g);
+    if (a.type == ElemType::e5m2 && b.type == ElemType::e5m2) return "has no e5m2 x e5m2 GEMM";
+    const OutputEpilogue& e = g.epilogue;
+    // What cuBLASLt writes: the pre-activation where a kernel applies the
+    // activation after it (relu, silu), else the output.
+    const bool after = e.activation == Activation::relu || e.activation == Activation::silu;
+    const ElemType d = t(after && e.pre_activation != kNoTensor ? e.pre_activation : g.out).type;
+    if (d == ElemType::e5m2 && a.type != ElemType::e5m2 && b.type != ElemType::e5m2)
+      return "writes e5m2 only from an e5m2 operand";
+    if (e.bias != kNoTensor) {
+      const ElemType bias = t(e.bias).type;
+      const bool ok = is_fp8(d)                ? (bias == ElemType::bf16 || bias == ElemType::fp16)
+                      : bias == ElemType::bf16 ? (d == ElemType::bf16 || d == ElemType::fp32)
+                                               : (bias == ElemType::fp16 && d == ElemType::fp16);
+      if (!ok)
+        return "takes no " + std::string(to_string(bias)) + " bias with FP8 operands and a " +
+               std::string(to_string(d)) + " output";
+    }
+    return "";
+  }
+
   void gemm(LoweredStep& l, const GemmStep& g) {
+    const std::string role(to_string(g.role));
     if (layer_.gemm == GemmBackend::generated && !g.high_precision) {
       if (!options_.generated_gemm) {
         unsupported("gemm = generated: " + options_.no_generated_gemm);
       } else if (const std::string why = generated_gemm_problem(g); why.empty()) {
         return generated_gemm(l, g);
       } else {
-        note_once(std::string(to_string(g.role)) + ": on cuBLASLt, not the generated GEMM: " + why);
+        note_once(role + ": on cuBLASLt, not the generated GEMM: " + why);
       }
     }
+    // gemm = auto: cuBLASLt wherever it runs the GEMM in FP8, as it was the
+    // faster of the two on every shape measured (H200, the generated GEMM
+    // at 0.89-1.07x of it per-tensor, 0.72-0.76x block-scaled:
+    // bench/results/gemm_h200_2026-12-03_00ae176.json); the generated GEMM
+    // where cuBLASLt would dequantize the operands or cannot run the form.
+    if (layer_.gemm == GemmBackend::automatic && !g.high_precision && options_.generated_gemm)
+      if (const std::string why = cublaslt_fp8_problem(g); !why.empty())
+        if (generated_gemm_problem(g).empty()) {
+          note_once(role + ": the generated GEMM (gemm = auto), as cuBLASLt " +
+                    (t(g.a).block_scaled() ? "would dequantize: " + why : why));
+          return generated_gemm(l, g);
+        }
     cublaslt_gemm(l, g);
   }
 

@@ -149,7 +149,8 @@ struct LowerOptions {
   bool block_scaled_gemm = true;
   std::string no_block_scaled_gemm;
   // fp8c's generated GEMM (sm_90a), which layers with `gemm = generated` run
-  // their FP8 GEMMs on. Without it such a layer is refused with this reason.
+  // their FP8 GEMMs on. Without it such a layer is refused with this reason
+  // (and `gemm = auto` keeps every GEMM on cuBLASLt).
   bool generated_gemm = true;
   std::string no_generated_gemm;
 };
@@ -168,7 +169,12 @@ LowerOptions lower_options_for(const Target& target);
 // `gemm = generated` runs its FP8 GEMMs on fp8c's generated GEMM instead
 // (backend "generated"): block scales as quantized, every epilogue fused;
 // its high-precision GEMMs, and block-scaled ones the generated GEMM has no
-// mode for (MXFP8), stay on cuBLASLt, said in the notes.
+// mode for (MXFP8), stay on cuBLASLt, said in the notes. With `gemm = auto`
+// (the default) an FP8 GEMM runs on cuBLASLt where cuBLASLt runs it as an
+// FP8 GEMM (the faster of the two wherever both were measured), and on the
+// generated GEMM where cuBLASLt would dequantize its operands or cannot run
+// its form (e5m2 x e5m2, a bias type it does not pair with the output), a
+// note saying which.
 LoweredLayer lower_layer(const Layer& layer, const LayerPlan& plan,
                          const LowerOptions& options = {});
 LoweredPlan lower_plan(const Spec& spec, const Plan& plan);

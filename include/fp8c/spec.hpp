@@ -89,7 +89,10 @@ enum class Activation { none, relu, gelu, silu };
 // backward into exactly the usage wgrad needs.
 enum class SaveInput { fp8, original };
 
-enum class GemmBackend { cublaslt, generated };
+// `gemm = auto` (the default): per GEMM, cuBLASLt where it runs the GEMM in
+// FP8, the generated GEMM where cuBLASLt would dequantize or cannot run it
+// (codegen/lower/lowered.hpp says which and why).
+enum class GemmBackend { automatic, cublaslt, generated };
 
 // The three GEMMs of a linear layer, for per-GEMM high-precision fallback.
 enum class GemmKind { fprop, dgrad, wgrad };
@@ -119,7 +122,7 @@ struct Layer {
   ParallelMode mode = ParallelMode::column;
   SaveInput save_input = SaveInput::fp8;
   std::string input;  // producer layer, empty when fed by the user
-  GemmBackend gemm = GemmBackend::cublaslt;
+  GemmBackend gemm = GemmBackend::automatic;
   Debug debug;
 
   // Per-rank weight shape under the layout.

@@ -233,7 +233,7 @@ TEST(CpuVerifyCommand, ErrorsAndUsage) {
   // --gemm picks the GPU's GEMM backend: a word it knows, and only on the GPU.
   r = run_tool("verify " + f + " --device gpu --gemm cutlass");
   EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.out.find("--gemm must be cublaslt or generated"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--gemm must be auto, cublaslt or generated"), std::string::npos) << r.out;
   r = run_tool("verify " + f + " --gemm generated");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("--gemm needs --device gpu"), std::string::npos) << r.out;

@@ -133,7 +133,7 @@ TEST(Defaults, ABareLayerGetsEveryDefault) {
   EXPECT_FALSE(spec->layers[0].recipe.is_fp8());
   EXPECT_FALSE(spec->layers[0].debug.enabled());
   EXPECT_EQ(spec->layers[0].layout.tensor_parallel, 1u);
-  EXPECT_EQ(spec->layers[0].gemm, GemmBackend::cublaslt);
+  EXPECT_EQ(spec->layers[0].gemm, GemmBackend::automatic);
 }
 
 TEST(Defaults, SaveInputFollowsTheRecipe) {

@@ -34,10 +34,14 @@ namespace {
 using cpu::testing::layer_text;
 using cpu::testing::spec_from;
 
-// Lowered for an H100/H200 with cuBLASLt 12.9 or newer unless `options` say otherwise.
+// Lowered for an H100/H200 with cuBLASLt 12.9 or newer unless `options` say
+// otherwise, on cuBLASLt (what most checks here are about) unless `backend`
+// says otherwise.
 LoweredLayer kernels_of(const std::string& text, std::uint32_t ranks, std::uint64_t tokens,
-                        const LowerOptions& options = {}) {
-  const Spec spec = spec_from(text);
+                        const LowerOptions& options = {},
+                        GemmBackend backend = GemmBackend::cublaslt) {
+  Spec spec = spec_from(text);
+  spec.layers[0].gemm = backend;
   PlanOptions o;
   o.ranks = ranks;
   o.tokens = tokens;
@@ -211,6 +215,43 @@ TEST(ExecutorLogic, BlockScaledGemmsFallBackOnShapesTheGemmDoesNotTake) {
   }));
 }
 
+// gemm = auto moves to the generated GEMM exactly the block-scaled GEMMs
+// cuBLASLt would dequantize (and says so), keeps the others on cuBLASLt,
+// and on a target without the generated GEMM is cuBLASLt alone.
+TEST(ExecutorLogic, AutoRunsWhatCublasLtWouldDequantizeOnTheGeneratedGemm) {
+  const auto backend_of = [](const LoweredLayer& k, GemmRole r) {
+    for (const auto& c : gemm_calls(k))
+      if (c.role == r)
+        return c.backend + (c.operands == GemmCall::Operands::fp8 ? "" : " dequantized");
+    throw std::runtime_error("no such GEMM");
+  };
+  const std::string partial_k = layer_text("blockwise", "column", false, 1, 320, 512);
+  const auto k = kernels_of(partial_k, 1, 256, {}, GemmBackend::automatic);
+  EXPECT_EQ(backend_of(k, GemmRole::fprop), "generated");
+  EXPECT_EQ(backend_of(k, GemmRole::dgrad), "cublaslt");
+  EXPECT_EQ(backend_of(k, GemmRole::wgrad), "cublaslt");
+  EXPECT_TRUE(has_note(k,
+                       "fprop: the generated GEMM (gemm = auto), as cuBLASLt would dequantize: "
+                       "l.x.fp8.row has K = 320, not a multiple of 128"));
+  EXPECT_TRUE(all_of<DequantizeKernel>(k).empty());
+  LowerOptions other_gpu;
+  other_gpu.generated_gemm = false;
+  other_gpu.no_generated_gemm = "not sm_90a (test)";
+  const auto off = kernels_of(partial_k, 1, 256, other_gpu, GemmBackend::automatic);
+  EXPECT_EQ(backend_of(off, GemmRole::fprop), "cublaslt dequantized");
+  EXPECT_TRUE(off.unsupported.empty());
+  // Per-tensor: e5m2 x e5m2 (a backward-format forward) is no cuBLASLt form.
+  const std::string e5m2 =
+      "recipe r = current { forward = e5m2 }\n"
+      "layer l = linear { in = 256  out = 512  recipe = r }\n";
+  const auto both = kernels_of(e5m2, 1, 256, {}, GemmBackend::automatic);
+  EXPECT_EQ(backend_of(both, GemmRole::fprop), "generated");
+  EXPECT_TRUE(has_note(both, "as cuBLASLt has no e5m2 x e5m2 GEMM"));
+  const auto plain = kernels_of(layer_text("current", "column", true, 2, 256, 512), 2, 512, {},
+                                GemmBackend::automatic);
+  for (const auto& c : gemm_calls(plain)) EXPECT_EQ(c.backend, "cublaslt") << to_string(c.role);
+}
+
 // The GemmArgs the GPU executor builds for lowered GEMM `c` of step `g`
 // (GpuRankExecutor::gemm and operand()), with aligned stand-in pointers; for
 // a segmented call, segment `segment`'s.
@@ -330,7 +371,7 @@ void for_each_lowered_gemm(std::optional<GemmBackend> backend,
 // fallback is chosen up front, not met as an error at run time.
 TEST(ExecutorLogic, EveryBlockScaledFp8GemmIsOneCublasLtTakes) {
   int checked = 0, fallbacks = 0;
-  for_each_lowered_gemm(std::nullopt, [&](const LoweredGemm& x) {
+  for_each_lowered_gemm(GemmBackend::cublaslt, [&](const LoweredGemm& x) {
     if (!x.plan.tensor(x.step.a).block_scaled()) return;
     if (x.call.operands != GemmCall::Operands::fp8) {
       ++fallbacks;
@@ -382,6 +423,44 @@ TEST(ExecutorLogic, EveryGeneratedGemmIsOneItTakesAndCompiles) {
   for (auto& [name, source] : configurations) sources.push_back(source);
   RecordProperty("configurations", std::to_string(sources.size()));
   ::fp8c::testing::expect_compiles_without_spills(sources, "fp8c-generated-gemm-examples-test");
+}
+
+// Every spec with each layer on `gemm = auto` (the default), at several ranks
+// and token counts: each FP8 GEMM put on cuBLASLt in FP8 is one cuBLASLt's
+// runner takes (runtime/gemm/cublaslt_requirements.hpp, Hopper, 12.9), each
+// put on the generated GEMM one the generated runner takes, and no FP8 GEMM
+// is dequantized that the generated GEMM could run: the lowering's rule and
+// both runners' never disagree. (The form rules are the lowering's own
+// copy, cublaslt_fp8_problem: this is what holds them together.)
+TEST(ExecutorLogic, EveryAutoGemmIsOneItsBackendTakes) {
+  int on_cublaslt = 0, on_generated = 0, dequantized = 0;
+  for_each_lowered_gemm(GemmBackend::automatic, [&](const LoweredGemm& x) {
+    if (x.step.high_precision) {
+      EXPECT_EQ(x.call.backend, "cublaslt") << x.where;
+      return;
+    }
+    for (std::int64_t r = 0; r < static_cast<std::int64_t>(x.call.segments); ++r) {
+      const GemmArgs args = executor_args(x.plan, x.step, x.call, x.lowered_step, r);
+      if (x.call.backend == "generated") {
+        EXPECT_EQ(generated_gemm_problem(args, false, 132), "") << x.where;
+        EXPECT_TRUE(has_note(x.lowered, "(gemm = auto)")) << x.where;
+        ++on_generated;
+      } else if (x.call.operands == GemmCall::Operands::fp8) {
+        const auto problem = cublaslt_form_problem(args, kCublasLtBlockScalingVersion, 90);
+        EXPECT_FALSE(problem.has_value()) << x.where << ": " << problem.value_or("");
+        ++on_cublaslt;
+      } else {
+        EXPECT_EQ(x.plan.tensor(x.step.a).scaling, Scaling::mx_1x32)
+            << x.where << ": dequantized, though the generated GEMM takes block scales";
+        ++dequantized;
+      }
+    }
+  });
+  EXPECT_GT(on_cublaslt, 100);
+  EXPECT_GT(on_generated, 0);  // e5m2 x e5m2, fp32 bias, block shapes cuBLASLt cannot read
+  EXPECT_GT(dequantized, 0);   // MXFP8
+  std::printf("auto: %d on cuBLASLt, %d generated, %d dequantized\n", on_cublaslt, on_generated,
+              dequantized);
 }
 
 // `fp8c plan --lowered` shows the choice, from the spec's target: Hopper runs

@@ -139,6 +139,10 @@ TEST(EpilogueCompile, PlansMapEpilogueAndDequantizeStepsToKernels) {
     if (entry.path().extension() == ".fp8") specs.push_back(load_spec(entry.path().string()));
   specs.push_back(spec_from(kRowChain));
   specs.push_back(spec_from(kDebugFallbacks));
+  // On cuBLASLt, whose fallbacks (kernels after the GEMM, dequantized
+  // operands) these kernels are.
+  for (Spec& spec : specs)
+    for (Layer& layer : spec.layers) layer.gemm = GemmBackend::cublaslt;
   std::vector<KernelSource> sources;
   std::set<std::string> names;
   for (const Spec& spec : specs) {

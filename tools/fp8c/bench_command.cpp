@@ -16,7 +16,7 @@ namespace {
 
 constexpr std::string_view kBenchHelp =
     "usage: fp8c bench FILE [--tokens M] [--iters N] [--layer L] [--device D]\n"
-    "                       [--gemm cublaslt|generated]\n"
+    "                       [--gemm auto|cublaslt|generated]\n"
     "\n"
     "Runs each layer of FILE on one GPU (one rank: tensor_parallel planned as 1)\n"
     "for N timed training steps (forward, backward, scale update) after a warm-up,\n"
@@ -29,7 +29,7 @@ constexpr std::string_view kBenchHelp =
     "  --iters N    timed steps (default 30)\n"
     "  --layer L    only layer L\n"
     "  --device D   CUDA device ordinal (default 0)\n"
-    "  --gemm G     run every layer's FP8 GEMMs on G (cublaslt, or generated:\n"
+    "  --gemm G     run every layer's FP8 GEMMs on G (auto, cublaslt, or generated:\n"
     "               fp8c's own, sm_90a) instead of what each layer's `gemm =` says\n"
     "\n"
     "Exit status: 0 done, 1 no GPU or the spec cannot run, 2 usage error.\n";
@@ -48,7 +48,8 @@ int run_bench(const Args& args) {
       if (i + 1 >= args.size()) return usage_error("bench", "--gemm needs a value");
       GemmBackend b;
       if (!parse_gemm_backend(args[++i], b))
-        return usage_error("bench", "--gemm must be cublaslt or generated, not '" + args[i] + "'");
+        return usage_error("bench",
+                           "--gemm must be auto, cublaslt or generated, not '" + args[i] + "'");
       gemm = b;
     } else if (a == "--tokens" || a == "--iters" || a == "--device") {
       std::uint64_t n = 0;

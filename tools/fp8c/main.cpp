@@ -55,7 +55,7 @@ bool parse_count(const std::string& text, std::uint64_t& value, bool allow_zero)
 
 bool parse_gemm_backend(const std::string& text, GemmBackend& value) {
   // The language's words for the backends (to_string), not a second copy.
-  for (GemmBackend b : {GemmBackend::cublaslt, GemmBackend::generated})
+  for (GemmBackend b : {GemmBackend::automatic, GemmBackend::cublaslt, GemmBackend::generated})
     if (text == to_string(b)) {
       value = b;
       return true;

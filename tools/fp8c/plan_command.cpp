@@ -13,7 +13,7 @@ namespace {
 
 constexpr std::string_view kPlanHelp =
     "usage: fp8c plan FILE [--layer L] [--ranks N] [--tokens M] [--json | --lowered]\n"
-    "                      [--gemm cublaslt|generated]\n"
+    "                      [--gemm auto|cublaslt|generated]\n"
     "\n"
     "Plans every layer of FILE (or only layer L) for one training step of M\n"
     "tokens (default 8192) on N tensor-parallel ranks (default: each layer's\n"
@@ -32,7 +32,7 @@ constexpr std::string_view kPlanHelp =
     "               role of each), GEMM calls (backend, operands, epilogue),\n"
     "               collectives and their stream, staging buffers, fallbacks, and\n"
     "               the kernels a Session compiles (docs/plan-json.md)\n"
-    "  --gemm G     with --lowered: every layer's FP8 GEMMs on G (cublaslt, or\n"
+    "  --gemm G     with --lowered: every layer's FP8 GEMMs on G (auto, cublaslt, or\n"
     "               generated: fp8c's own, sm_90a) instead of what its `gemm =` says\n"
     "\n"
     "Exit status: 0 success, 1 invalid spec or planning error, 2 usage error.\n";
@@ -60,7 +60,7 @@ int run_plan(const Args& args) {
     } else if (a == "--gemm") {
       GemmBackend b;
       if (!value("--gemm", v) || !parse_gemm_backend(v, b))
-        return usage_error("plan", "--gemm must be cublaslt or generated");
+        return usage_error("plan", "--gemm must be auto, cublaslt or generated");
       gemm = b;
     } else if (a == "--ranks" || a == "--tokens") {
       std::uint64_t n = 0;

@@ -24,7 +24,7 @@ namespace {
 constexpr std::string_view kVerifyHelp =
     "usage: fp8c verify FILE [--ranks N] [--tokens M] [--steps K] [--seed S]\n"
     "                        [--backend gloo|in-process] [--layer L] [--json] [--force]\n"
-    "                        [--device cpu|gpu [--nccl] [--gemm cublaslt|generated]]\n"
+    "                        [--device cpu|gpu [--nccl] [--gemm auto|cublaslt|generated]]\n"
     "\n"
     "Runs each layer of FILE on CPU ranks (threads with gloo or in-process\n"
     "collectives) with its N-rank plan and with a 1-rank plan on the same block\n"
@@ -63,7 +63,7 @@ constexpr std::string_view kVerifyHelp =
     "                 one rank), on GPU LOCAL_RANK over NCCL; it checks its own\n"
     "                 rank against the CPU reference (scripts/launch_ranks.sh)\n"
     "  --gemm G       with --device gpu: run every layer's FP8 GEMMs on G\n"
-    "                 (cublaslt, or generated: fp8c's own, sm_90a) instead of\n"
+    "                 (auto, cublaslt, or generated: fp8c's own, sm_90a) instead of\n"
     "                 what each layer's `gemm =` says\n"
     "\n"
     "Exit status: 0 every check passed, 1 a check failed or the spec cannot be\n"
@@ -91,7 +91,8 @@ int run_verify(const Args& args) {
       if (a == "--gemm") {
         GemmBackend b;
         if (!parse_gemm_backend(v, b))
-          return usage_error("verify", "--gemm must be cublaslt or generated, not '" + v + "'");
+          return usage_error("verify",
+                             "--gemm must be auto, cublaslt or generated, not '" + v + "'");
         gemm = b;
       } else if (a == "--device") {
         if (v != "cpu" && v != "gpu")
