@@ -68,8 +68,11 @@ std::size_t Fp8GemmKernel::shared_bytes() const {
 std::string Fp8GemmKernel::name() const {
   std::ostringstream s;
   s << "fp8_gemm_" << ptx_type(a) << "_" << ptx_type(b) << "_" << to_string(d) << "_";
-  if (block_scaled())
+  if (block_scaled()) {
     s << "b" << a_scale_rows << "x" << b_scale_rows;
+    if (a_scales_k_major || b_scales_k_major)
+      s << "_km" << (a_scales_k_major ? "a" : "") << (b_scales_k_major ? "b" : "");
+  }
   else
     s << (fast_accumulate ? "pt_fast" : "pt");
   s << "_" << block_m << "x" << block_n << "_s" << stages;
@@ -98,6 +101,8 @@ std::string fp8_gemm_problem(const Fp8GemmKernel& k) {
     return "scale rows must be 0 (per tensor), 1 (1x128) or 128 (128x128)";
   if ((k.a_scale_rows == 0) != (k.b_scale_rows == 0))
     return "operands must both be per-tensor or both block-scaled";
+  if ((k.a_scales_k_major && k.a_scale_rows != 1) || (k.b_scales_k_major && k.b_scale_rows != 1))
+    return "only 1x128 scales can be read K-block-major";
   if (k.block_scaled() && k.fast_accumulate)
     return "block scaling promotes every 128 K; fast accumulation is per-tensor only";
   if (k.block_m != 64 && k.block_m != 128) return "block_m must be 64 or 128";
@@ -133,6 +138,8 @@ KernelSource emit_cuda(const Fp8GemmKernel& k) {
     << "constexpr int kStages = " << k.stages << ";\n"
     << "constexpr int kAScaleRows = " << k.a_scale_rows << ";\n"
     << "constexpr int kBScaleRows = " << k.b_scale_rows << ";\n"
+    << "constexpr bool kAScalesKMajor = " << (k.a_scales_k_major ? "true" : "false") << ";\n"
+    << "constexpr bool kBScalesKMajor = " << (k.b_scales_k_major ? "true" : "false") << ";\n"
     << "constexpr bool kPromote = " << (k.promotes() ? "true" : "false") << ";\n"
     << "constexpr int kOut = " << type_code(k.d) << ";  // 0 bf16, 1 fp16, 2 fp32, 3 e4m3, 4 e5m2\n"
     << "constexpr int kClusterM = " << k.cluster_m << ";\n"

@@ -17,7 +17,11 @@
 //        cores accumulate all of K, without, every 128 K is promoted to fp32
 //   1    1x128 blocks: one float per row and 128 K
 //   128  128x128 blocks: one float per 128 rows and 128 K
-// Either both operands are per-tensor or both block-scaled.
+// Either both operands are per-tensor or both block-scaled. A 1x128
+// operand's scales may be marked K-block-major (a_scales_k_major /
+// b_scales_k_major): a K block's scales of consecutive rows are consecutive
+// floats, 16-byte aligned every 4 rows, so the kernel copies them 16 bytes at
+// a time (the caller guarantees that layout: generated_gemm_choice).
 //
 // How a configuration is chosen for a shape lives apart, in
 // fp8_gemm_heuristic.hpp.
@@ -38,6 +42,8 @@ struct Fp8GemmKernel {
   ElemType d = ElemType::bf16;
   int a_scale_rows = 0;
   int b_scale_rows = 0;
+  bool a_scales_k_major = false;  // 1x128 only
+  bool b_scales_k_major = false;  // 1x128 only
   bool fast_accumulate = false;  // per-tensor only
   int block_m = 128;             // 64 or 128: one or two math warpgroups
   int block_n = 128;             // 16..256, a multiple of 16

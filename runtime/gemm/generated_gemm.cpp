@@ -33,6 +33,15 @@ bool aligned(CUdeviceptr p, unsigned bytes) {
   return p % bytes == 0;
 }
 
+// 1x128 scales the kernel can copy 16 bytes (4 rows) at a time: a K block's
+// rows consecutive (K-block-major, or one K block), every 4 rows 16-byte
+// aligned.
+bool scales_k_major(const GemmOperand& o) {
+  if (o.scaling != Scaling::block_1x128) return false;
+  const bool consecutive = o.scale_order == BlockScaleOrder::k_block_major || o.k <= 128;
+  return consecutive && o.rows % 4 == 0 && aligned(o.scale_inv, 16);
+}
+
 std::string operand_problem(const GemmOperand& o, const char* which) {
   const std::string name(which);
   if (!is_fp8(o.type))
@@ -264,6 +273,8 @@ Fp8GemmChoice generated_gemm_choice(const GemmArgs& g, bool clusters, int sms, i
   shape.form.d = g.d_type;
   shape.form.a_scale_rows = scale_rows(g.a.scaling);
   shape.form.b_scale_rows = scale_rows(g.b.scaling);
+  shape.form.a_scales_k_major = scales_k_major(g.a);
+  shape.form.b_scales_k_major = scales_k_major(g.b);
   shape.form.fast_accumulate = g.a.scaling == Scaling::per_tensor && g.fast_accumulate;
   shape.form.bias = g.bias != 0;
   if (g.bias) shape.form.bias_type = g.bias_type;

@@ -142,6 +142,14 @@ TEST(Fp8GemmKernelDescription, RefusesWhatTheDeviceCodeCannotBuild) {
   bad.a_scale_rows = bad.b_scale_rows = 1;
   bad.fast_accumulate = true;
   refused(bad);
+  bad = k;
+  bad.a_scale_rows = 1;
+  bad.b_scale_rows = 128;
+  bad.b_scales_k_major = true;  // 128x128 scales have no K-block-major form
+  refused(bad);
+  bad = k;
+  bad.a_scales_k_major = true;  // per-tensor
+  refused(bad);
 }
 
 // This test's instance number ("Name/3" -> "3"): a cache folder per test,
@@ -171,6 +179,19 @@ TEST_P(Fp8GemmCompile, PtxasKeepsTheWgmmasAsynchronous) {
     EXPECT_EQ(out.log.find("wgmma"), std::string::npos) << k.name() << ":\n" << out.log;
     EXPECT_EQ(out.spill_stores, 0) << k.name();
   }
+}
+
+// `kernels`, and for each with 1x128 scales the same kernel reading them
+// K-block-major (16-byte scale copies), as the executor's layers run them.
+std::vector<Fp8GemmKernel> with_k_major_scales(std::vector<Fp8GemmKernel> kernels) {
+  const std::size_t n = kernels.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    Fp8GemmKernel k = kernels[i];
+    k.a_scales_k_major = k.a_scale_rows == 1;
+    k.b_scales_k_major = k.b_scale_rows == 1;
+    if (k.a_scales_k_major || k.b_scales_k_major) kernels.push_back(k);
+  }
+  return kernels;
 }
 
 // The fused epilogues the executor asks for (and the rest of each part's
@@ -207,7 +228,7 @@ std::vector<Fp8GemmKernel> epilogue_configurations(const std::tuple<int, int, bo
 
 TEST_P(Fp8GemmCompile, FusedEpiloguesCompileWithoutSpills) {
   std::vector<KernelSource> sources;
-  for (const Fp8GemmKernel& k : epilogue_configurations(GetParam())) {
+  for (const Fp8GemmKernel& k : with_k_major_scales(epilogue_configurations(GetParam()))) {
     EXPECT_EQ(fp8_gemm_problem(k), "") << k.name();
     sources.push_back(emit_cuda(k));
   }
@@ -226,13 +247,15 @@ TEST_P(Fp8GemmCompile, WidestAcceptedTilesCompileWithoutSpills) {
   k.d = ElemType::e4m3;
   k.bias = k.aux = k.amax = true;
   k.activation = Activation::gelu;
-  for (int n = 256; n >= 16 && sources.size() < 2; n -= 16) {
+  std::vector<Fp8GemmKernel> widest;
+  for (int n = 256; n >= 16 && widest.size() < 2; n -= 16) {
     k.block_n = n;
     k.stages = 8;
     while (k.stages > 2 && k.shared_bytes() > kSm90SharedBytes) --k.stages;
-    if (fp8_gemm_problem(k).empty()) sources.push_back(emit_cuda(k));
+    if (fp8_gemm_problem(k).empty()) widest.push_back(k);
   }
-  ASSERT_EQ(sources.size(), 2u);
+  ASSERT_EQ(widest.size(), 2u);
+  for (const Fp8GemmKernel& w : with_k_major_scales(widest)) sources.push_back(emit_cuda(w));
   testing::expect_compiles_without_spills(sources,
                                           "fp8c-fp8-gemm-widest-test-" + test_cache_suffix());
 }

@@ -5,7 +5,8 @@
 //
 // Compiled by NVRTC only, after a prefix that codegen/kernels/cuda_fp8_gemm.cpp
 // writes: fp8_gemm_params.h, the configuration constants (kBlockM, kBlockN,
-// kStages, kAScaleRows, kBScaleRows, kPromote, kOut, kClusterM, and the
+// kStages, kAScaleRows, kBScaleRows, kAScalesKMajor, kBScalesKMajor,
+// kPromote, kOut, kClusterM, and the
 // epilogue's kBias, kAux, kAccumulate, kAmax), the activation act(), the
 // wgmma wrapper wgmma_m64k32() for this kBlockN and type pair, and
 // FP8C_GEMM_ENTRY.
@@ -33,7 +34,11 @@
 //    tile's scales for each K block from global memory into the stage's
 //    scale slots (cp.async) and arrives on the same "full" barrier when they
 //    land, running as far ahead as the ring does, so the math warpgroups
-//    find them in shared memory.
+//    find them in shared memory. K-block-major 1x128 scales are copied 16
+//    bytes (4 rows) at a time, and a B tile inside one 128x128 block takes
+//    one copy: an earlier form copied every row's and column's scale 4
+//    bytes at a time (the B one 128 times over), which ncu counted as a
+//    quarter of all shared-memory wavefronts (bench/results notes).
 //  - kClusterM == 2: CTAs run in clusters of two that take vertically
 //    adjacent tiles (rows 2i and 2i+1 of tiles, the same column), so they
 //    share the B tile: each loads half of it and multicasts it to both, which
@@ -339,6 +344,19 @@ __device__ __forceinline__ void copy_scale(float* dst, unsigned long long base, 
                : "memory");
 }
 
+// Starts copying the K-block-major scales of rows r .. r + 3 in K block kb
+// (16 bytes, consecutive floats from a 16-byte aligned address: the layout
+// kAScalesKMajor / kBScalesKMajor promise) to `dst`; rows past `rows` read
+// nothing and land as zeros.
+__device__ __forceinline__ void copy_scales4(float* dst, unsigned long long base,
+                                             long long kblock_stride, int r, int rows, int kb) {
+  const int valid = min(max(rows - r, 0), 4);
+  const float* src = reinterpret_cast<const float*>(base) + (valid ? kb * kblock_stride + r : 0);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(dst)),
+               "l"(src), "r"(valid * 4)
+               : "memory");
+}
+
 // One arrival on `bar` once every copy this thread started has landed (the
 // barrier counts it among its expected arrivals: .noinc).
 __device__ __forceinline__ void barrier_arrive_on_copies(unsigned long long* bar) {
@@ -562,12 +580,30 @@ extern "C" __global__ void __launch_bounds__(fp8c_gemm::kThreads, 1)
           // Asynchronous copies, so that this warp runs ahead by as many
           // K blocks as the ring holds instead of waiting out a global load
           // per block; each lane's arrival lands when its copies have.
-          for (int r = lane; r < kBlockM; r += 32)
-            copy_scale(slot + r, p.a_scale, kAScaleRows, p.a_scale_row_stride,
-                       p.a_scale_kblock_stride, m0 + r, p.m, kb);
-          for (int c = lane; c < kBlockN; c += 32)
-            copy_scale(slot + kBlockM + c, p.b_scale, kBScaleRows, p.b_scale_row_stride,
-                       p.b_scale_kblock_stride, tile.n * kBlockN + c, p.n, kb);
+          if (kAScalesKMajor) {
+            for (int c = lane; c < kBlockM / 4; c += 32)
+              copy_scales4(slot + 4 * c, p.a_scale, p.a_scale_kblock_stride, m0 + 4 * c, p.m, kb);
+          } else {
+            for (int r = lane; r < kBlockM; r += 32)
+              copy_scale(slot + r, p.a_scale, kAScaleRows, p.a_scale_row_stride,
+                         p.a_scale_kblock_stride, m0 + r, p.m, kb);
+          }
+          const int n0 = tile.n * kBlockN;
+          if (kUniformBScale) {
+            // One 128x128 block covers the tile's columns: one copy (the
+            // math warps read only this one).
+            if (lane == 0)
+              copy_scale(slot + kBlockM, p.b_scale, kBScaleRows, p.b_scale_row_stride,
+                         p.b_scale_kblock_stride, n0, p.n, kb);
+          } else if (kBScalesKMajor) {
+            for (int c = lane; c < kBlockN / 4; c += 32)
+              copy_scales4(slot + kBlockM + 4 * c, p.b_scale, p.b_scale_kblock_stride, n0 + 4 * c,
+                           p.n, kb);
+          } else {
+            for (int c = lane; c < kBlockN; c += 32)
+              copy_scale(slot + kBlockM + c, p.b_scale, kBScaleRows, p.b_scale_row_stride,
+                         p.b_scale_kblock_stride, n0 + c, p.n, kb);
+          }
           barrier_arrive_on_copies(&full[s]);
         }
       }
