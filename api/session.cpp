@@ -96,7 +96,7 @@ struct Session::Impl {
   std::unique_ptr<runtime::LocalDeviceGroup> group;
   std::unique_ptr<runtime::DeviceCommunicator> comm;
   std::unique_ptr<runtime::GemmRunner> gemm;
-  std::unique_ptr<runtime::GemmRunner> generated_gemm;  // for layers with gemm = generated
+  std::unique_ptr<runtime::GeneratedGemmRunner> generated_gemm;  // GEMMs lowered onto it
   // Blocking: work on the legacy default stream (a framework's stream 0)
   // before a call is finished before the session's work starts, and after.
   runtime::Stream stream{true};
@@ -170,6 +170,12 @@ struct Session::Impl {
     }
     for (auto& [name, run] : layers)
       if (run.plan->io.y_fp8 != kNoTensor) connect_fp8_chain(run);
+    // The generated GEMM's configurations, compiled now rather than in the
+    // first step, and reported with the other kernels.
+    for (auto& [name, run] : layers) run.exec->prepare_gemms();
+    for (const auto& c : generated_gemm->loaded_kernels())
+      reports.push_back(
+          {c.name, c.milliseconds, c.cache == runtime::CacheOutcome::hit, c.registers});
   }
 
   // Points the producer's FP8 output scale and amax at its consumer's

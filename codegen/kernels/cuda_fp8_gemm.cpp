@@ -72,8 +72,7 @@ std::string Fp8GemmKernel::name() const {
     s << "b" << a_scale_rows << "x" << b_scale_rows;
     if (a_scales_k_major || b_scales_k_major)
       s << "_km" << (a_scales_k_major ? "a" : "") << (b_scales_k_major ? "b" : "");
-  }
-  else
+  } else
     s << (fast_accumulate ? "pt_fast" : "pt");
   s << "_" << block_m << "x" << block_n << "_s" << stages;
   if (cluster_m > 1) s << "_c" << cluster_m;

@@ -44,10 +44,10 @@ struct Fp8GemmKernel {
   int b_scale_rows = 0;
   bool a_scales_k_major = false;  // 1x128 only
   bool b_scales_k_major = false;  // 1x128 only
-  bool fast_accumulate = false;  // per-tensor only
-  int block_m = 128;             // 64 or 128: one or two math warpgroups
-  int block_n = 128;             // 16..256, a multiple of 16
-  int stages = 6;                // shared-memory ring depth
+  bool fast_accumulate = false;   // per-tensor only
+  int block_m = 128;              // 64 or 128: one or two math warpgroups
+  int block_n = 128;              // 16..256, a multiple of 16
+  int stages = 6;                 // shared-memory ring depth
   // 1, or 2: clusters of two CTAs on vertically adjacent tiles sharing (and
   // multicasting) the B tile (fp8_gemm_sm90.cuh).
   int cluster_m = 1;

@@ -30,7 +30,7 @@
 namespace fp8c {
 
 struct QuantizeKernel {
-  ElemType input = ElemType::bf16;  // bf16, fp16 or fp32
+  ElemType input = ElemType::bf16;   // bf16, fp16 or fp32
   ElemType format = ElemType::e4m3;  // e4m3 or e5m2
   bool rowwise = true;
   bool columnwise = false;

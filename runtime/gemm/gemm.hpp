@@ -87,6 +87,11 @@ class GemmRunner {
   // Enqueues the GEMM on `stream`. Throws std::runtime_error naming the
   // failing call; throws std::invalid_argument for args supports() refuses.
   virtual void run(const GemmArgs& args, CUstream stream) = 0;
+  // Readies what run(args) will need (a runner that compiles kernels
+  // compiles and loads its configuration now), so that the first step does
+  // not stall on it. Nothing is enqueued; the pointers in `args` are not
+  // read. Default: nothing to do.
+  virtual void prepare(const GemmArgs& args) { (void)args; }
 };
 
 // cuBLASLt, loaded with dlopen (libcublasLt.so.13, then .12). Throws

@@ -170,6 +170,19 @@ class Runner final : public GeneratedGemmRunner {
     FP8C_CU(driver().cuLaunchKernelEx(&config, kernel.function(), args, nullptr));
   }
 
+  void prepare(const GemmArgs& g) override {
+    std::string why;
+    if (!supports(g, &why)) throw std::invalid_argument("generated GEMM: " + why);
+    loaded(choice(g).kernel);
+  }
+
+  std::vector<CompiledKernel> loaded_kernels() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<CompiledKernel> out;
+    for (const auto& [name, kernel] : kernels_) out.push_back(kernel->compiled());
+    return out;
+  }
+
   int launch_ctas(const GemmArgs& g) override {
     const Fp8GemmChoice c = choice(g);
     return ctas(c, loaded(c.kernel).function());
@@ -256,7 +269,7 @@ class Runner final : public GeneratedGemmRunner {
   int sms_ = 0;
   bool clusters_ = false;
   int block_n_ = 0;  // FP8C_GEMM_BLOCK_N: a tile width for tuning sweeps (0: the heuristic's)
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::map<std::string, std::unique_ptr<LoadedKernel>> kernels_;
   std::map<std::string, int> resident_;
 };

@@ -22,6 +22,9 @@ class GeneratedGemmRunner : public GemmRunner {
   // CTAs run() launches for `args`: the choice's, or fewer where not that
   // many clusters fit on the GPU at once (compiles the kernel to ask).
   virtual int launch_ctas(const GemmArgs& args) = 0;
+  // Every configuration compiled and loaded so far (prepare() or run()),
+  // by name.
+  virtual std::vector<CompiledKernel> loaded_kernels() const = 0;
 };
 
 // Needs the device's context current on the calling thread, at creation and

@@ -245,6 +245,22 @@ void GpuRankExecutor::run_gemms_only() {
   run_pass("backward", plan_.backward, lowered_.backward, true);
 }
 
+void GpuRankExecutor::prepare_gemms() {
+  struct Preparing {
+    bool& flag;
+    explicit Preparing(bool& f) : flag(f) { flag = true; }
+    ~Preparing() { flag = false; }
+  } preparing(preparing_);
+  for (const auto& [steps, lowered] : {std::pair{&plan_.forward, &lowered_.forward},
+                                       std::pair{&plan_.backward, &lowered_.backward}})
+    for (std::size_t i = 0; i < steps->size(); ++i)
+      if (const auto* g = (*steps)[i].as<GemmStep>()) {
+        // cuBLASLt has nothing to ready (and its refusals stay the step's).
+        const GemmCall* call = find_action<GemmCall>((*lowered)[i]);
+        if (call && call->backend == "generated") gemm(*g, (*lowered)[i]);
+      }
+}
+
 void GpuRankExecutor::synchronize() {
   r_.comm.synchronize(r_.stream);
   check_nan_verdict();
@@ -633,9 +649,10 @@ CUdeviceptr GpuRankExecutor::k_block_major_scales(const LoweredStep& l, LaunchRo
   if (!find_launch(l, role)) return into;
   const std::int64_t blocks = op.k / 128;
   const int segments = plan_.tensor(id).segmented ? static_cast<int>(plan_.ranks) : 1;
-  r_.kernels.transpose(launch_kernel<TransposeKernel>(l, role))
-      .launch(op.scale_inv, into, static_cast<int>(op.rows), static_cast<int>(blocks / segments),
-              r_.stream, segments);
+  if (!preparing_)
+    r_.kernels.transpose(launch_kernel<TransposeKernel>(l, role))
+        .launch(op.scale_inv, into, static_cast<int>(op.rows), static_cast<int>(blocks / segments),
+                r_.stream, segments);
   op.scale_inv = into;
   op.scale_order = BlockScaleOrder::k_block_major;
   return into + round_up(static_cast<std::size_t>(op.rows * blocks) * 4, 256);
@@ -659,7 +676,7 @@ CUdeviceptr GpuRankExecutor::padded_tile_scales(bool pad, GemmOperand& op, CUdev
   copy.dstPitch = stride * 4;
   copy.WidthInBytes = blocks * 4;
   copy.Height = block_rows;
-  FP8C_CU(driver().cuMemcpy2DAsync(&copy, r_.stream));
+  if (!preparing_) FP8C_CU(driver().cuMemcpy2DAsync(&copy, r_.stream));
   op.scale_inv = into;
   op.scale_stride = static_cast<std::int64_t>(stride);
   return into + round_up(block_rows * stride * 4, 256);
@@ -696,7 +713,10 @@ void GpuRankExecutor::run_gemm(const GemmStep& s, const GemmCall& call, const Ge
                         plan_.tensor(s.a).name + " and " + plan_.tensor(s.b).name +
                         " is not supported by " + std::string(runner->name()) + ": " + why);
   try {
-    runner->run(g, r_.stream);
+    if (preparing_)
+      runner->prepare(g);
+    else
+      runner->run(g, r_.stream);
   } catch (const std::exception& e) {
     throw ExecutorError("gpu executor: layer '" + layer_.name +
                         "': " + std::string(to_string(s.role)) + " GEMM (" + describe(g) +
@@ -721,7 +741,7 @@ void GpuRankExecutor::gemm(const GemmStep& s, const LoweredStep& l) {
   }
   if (e.out_amax != kNoTensor) {
     g.d_amax = at(e.out_amax);
-    zero(g.d_amax, 4);
+    if (!preparing_) zero(g.d_amax, 4);
   }
   if (e.bias != kNoTensor) {
     g.bias = at(e.bias);
@@ -803,7 +823,7 @@ void GpuRankExecutor::gemm(const GemmStep& s, const LoweredStep& l) {
       run_gemm(s, *call, g);
     }
   }
-  if (after)
+  if (after && !preparing_)
     r_.kernels.epilogue(launch_kernel<EpilogueKernel>(l, LaunchRole::activation_after_gemm))
         .launch(*after, r_.stream);
 }

@@ -90,6 +90,11 @@ class GpuRankExecutor {
   // Enqueues only the GEMM steps of forward and backward, on the buffers the
   // last full step left: the baseline `fp8c bench` compares a step with.
   void run_gemms_only();
+  // Has the generated GEMM's runner ready every call of forward and backward
+  // on it as the call will be made (GemmRunner::prepare: compiles and loads
+  // its configurations), enqueueing nothing: a Session does this at start-up
+  // so that no step stalls on a compile.
+  void prepare_gemms();
   CUstream stream() const { return r_.stream; }
   // Copies every external tensor `host` has written into its device buffer
   // (not the delayed scales: those are the state's); complete on return.
@@ -161,6 +166,7 @@ class GpuRankExecutor {
   std::vector<bool> written_;
   StepProfiler* profiler_ = nullptr;
   bool skip_collectives_ = false;
+  bool preparing_ = false;  // prepare_gemms(): build each call's args, launch nothing
   // Overlap: one event per step of a pass, and which step (and stream) last
   // wrote each tensor in this pass.
   std::vector<std::unique_ptr<Event>> step_events_;

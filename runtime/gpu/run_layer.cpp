@@ -23,7 +23,7 @@ std::vector<cpu::RankStepResult> run_rank_on_gpu(const KernelSet& kernels, Devic
   const int r = comm.rank();
   Stream stream, comm_stream;
   std::unique_ptr<GemmRunner> gemm = make_cublaslt_runner();
-  std::unique_ptr<GemmRunner> generated = make_generated_gemm_runner(kernels.jit());
+  std::unique_ptr<GeneratedGemmRunner> generated = make_generated_gemm_runner(kernels.jit());
   DeviceLayerState state(layer, plan);
   state.upload(initial);
   std::vector<cpu::RankStepResult> results;
@@ -32,6 +32,12 @@ std::vector<cpu::RankStepResult> run_rank_on_gpu(const KernelSet& kernels, Devic
   GpuRankExecutor exec(layer, plan, lowered,
                        {kernels, comm, *gemm, stream.get(), comm_stream.get(), generated.get()},
                        state);
+  // As a Session starts: the generated GEMM's configurations compiled up
+  // front. A step that needs one more is a configuration prepare_gemms()
+  // missed, which would stall a Session's step on a compile: an error here,
+  // so that every GPU verify checks it.
+  exec.prepare_gemms();
+  const std::size_t prepared = generated->loaded_kernels().size();
   for (std::size_t i = 0; i < steps.size(); ++i) {
     if (i == 0 && r == options.fail_rank)
       throw ExecutorError("gpu executor: rank " + std::to_string(r) +
@@ -46,6 +52,13 @@ std::vector<cpu::RankStepResult> run_rank_on_gpu(const KernelSet& kernels, Devic
     exec.synchronize();
     exec.download(host);
     results.push_back(cpu::collect_step_result(layer, host, state.download(), options.capture));
+  }
+  if (generated->loaded_kernels().size() != prepared) {
+    std::string m = "gpu executor: layer '" + layer.name +
+                    "': a step compiled generated GEMM configurations that prepare_gemms() did "
+                    "not:";
+    for (const auto& k : generated->loaded_kernels()) m += " " + k.name;
+    throw ExecutorError(m);
   }
   return results;
 }

@@ -320,6 +320,23 @@ TEST(Session, Fp8ChainMatchesTheCpuChain) {
   }
 }
 
+// The generated GEMM's configurations are compiled when the session starts
+// (and listed with its kernels), not in the first step.
+TEST(Session, GeneratedGemmConfigurationsAreCompiledAtStartUp) {
+  REQUIRE_GPU();
+  Session s(write_spec("generated", R"(
+recipe r = delayed { history = 4 }
+layer l = linear { in = 256  out = 512  bias = true  recipe = r  gemm = generated }
+)"),
+            options_for(128));
+  int configurations = 0;
+  for (const KernelReport& k : s.kernels()) configurations += k.name.rfind("fp8_gemm_", 0) == 0;
+  EXPECT_GE(configurations, 1);
+  const Layer& l = s.spec().layers[0];
+  Outputs o(128, l.in, l.out);
+  run_step(s, cpu::random_layer_data(l, 128, 3), o, 128);
+}
+
 // Misuse of the hand-over is an error naming it, before anything runs.
 TEST(Session, Fp8ChainMisuseNamesTheProblem) {
   REQUIRE_GPU();
