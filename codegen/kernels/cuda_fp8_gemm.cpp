@@ -108,11 +108,13 @@ std::string fp8_gemm_problem(const Fp8GemmKernel& k) {
   if (k.block_n < 16 || k.block_n > 256 || k.block_n % 16 != 0)
     return "block_n must be a multiple of 16 in [16, 256]";
   // Accumulators per math thread: block_n / 2, twice when promoting, out of
-  // the 232 registers setmaxnreg gives them (224 block-scaled, which also
-  // keeps a B scale per column when the tile straddles 128x128 blocks):
-  // the widest that compile without spills (Fp8GemmCompile tests).
-  if (k.block_scaled() && k.block_n > 144)
-    return "block_n above 144 leaves too few registers for block-scaled promotion";
+  // the 232 registers setmaxnreg gives them (224 block-scaled): the widest
+  // that compile without spills (Fp8GemmCompile tests).
+  // A 1x128 B keeps a scale per column of the thread's (block_n / 4
+  // registers); 128x128 B tiles one or two.
+  if (k.block_scaled() && k.block_n > (k.b_scale_rows == 128 ? 160 : 144))
+    return "block_n above " + std::string(k.b_scale_rows == 128 ? "160" : "144") +
+           " leaves too few registers for block-scaled promotion";
   if (k.promotes() && k.block_n > 160)
     return "block_n above 160 leaves too few registers for promotion";
   if (k.stages < 2 || k.stages > 16) return "stages must be 2 to 16";

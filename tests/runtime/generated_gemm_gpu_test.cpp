@@ -104,6 +104,26 @@ TEST(GeneratedGemmGpu, BlockScaledPairingsAndOrders) {
       }
 }
 
+// Tile widths that do not divide 128 over a 128x128-scaled B: a tile spans
+// two 128-column blocks and reads two scales (fp8_gemm_sm90.cuh's
+// kTwoBScales), N past the last tile's second block included.
+TEST(GeneratedGemmGpu, BlockScaledTilesAcrossTwoColumnBlocks) {
+  REQUIRE_HOPPER();
+  const Scaling row = Scaling::block_1x128, tile = Scaling::block_128x128;
+  std::uint32_t seed = 751;
+  for (int width : {160, 144, 96}) {
+    ::setenv("FP8C_GEMM_BLOCK_N", std::to_string(width).c_str(), 1);
+    const auto sized = make_generated_gemm_runner(*testing::gpu().jit);
+    ::unsetenv("FP8C_GEMM_BLOCK_N");
+    for (const Shape& s : {Shape{256, 520, 384}, Shape{130, 1000, 272}, Shape{1100, 1056, 1024}})
+      for (BlockScaleOrder order : {BlockScaleOrder::k_block_major, BlockScaleOrder::row_major}) {
+        Problem p = make_block_problem(row, tile, s, seed++, 0, false, order);
+        ASSERT_EQ(sized->choice(p.args).kernel.block_n, width);
+        run_and_check(*sized, p);
+      }
+  }
+}
+
 // 128x128 scale rows padded past ceil(K / 128) blocks, as the lowering stores
 // them for cuBLASLt (GemmOperand::scale_stride).
 TEST(GeneratedGemmGpu, BlockScaledPaddedScaleRows) {

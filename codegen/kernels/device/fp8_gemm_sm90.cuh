@@ -368,6 +368,13 @@ __device__ __forceinline__ void barrier_arrive_on_copies(unsigned long long* bar
 constexpr int kThreadColumns = kBlockN / 4;
 // 128x128 B blocks that a tile never straddles: one scale per K block.
 constexpr bool kUniformBScale = kBScaleRows == 128 && (128 % kBlockN == 0);
+// Otherwise a tile of 128x128 B blocks (kBlockN <= 160, a multiple of 16,
+// starting at a multiple of kBlockN) spans two: its columns before `split`
+// (a multiple of 16, so no 8-column group of a thread straddles it) take
+// the first block's scale, the rest the second's. Two floats, where a scale
+// per column would take kBlockN / 4 registers.
+constexpr bool kTwoBScales = kBScaleRows == 128 && !kUniformBScale;
+static_assert(!kTwoBScales || kBlockN <= 160, "a tile spans at most two 128-column B blocks");
 
 // The math warpgroups: wait for a stage, run its wgmmas, release it, and at
 // the end of each tile store D.
@@ -433,7 +440,8 @@ __device__ __forceinline__ void consume(const Fp8GemmParams& p, const unsigned c
         barrier_wait(&full[s], (step / kStages) & 1);
         // This K block's scales, out of the stage before it is released.
         float sa0 = a_per_tensor, sa1 = a_per_tensor, sb_uniform = b_per_tensor;
-        float sb[kBlockScaled && !kUniformBScale ? kThreadColumns : 1];
+        float sb[kBlockScaled && !kUniformBScale && !kTwoBScales ? kThreadColumns : 1];
+        float sb_second = b_per_tensor;
         if (kBlockScaled) {
           const float* slot = scale_slots + s * kScaleSlotFloats;
           const int r = warpgroup * 64 + warp * 16 + lane / 4;
@@ -441,6 +449,9 @@ __device__ __forceinline__ void consume(const Fp8GemmParams& p, const unsigned c
           sa1 = slot[r + 8];
           if (kUniformBScale) {
             sb_uniform = slot[kBlockM];
+          } else if (kTwoBScales) {
+            sb_uniform = slot[kBlockM];
+            sb_second = slot[kBlockM + 1];
           } else {
 #pragma unroll
             for (int j = 0; j < kBlockN / 8; ++j)
@@ -455,7 +466,19 @@ __device__ __forceinline__ void consume(const Fp8GemmParams& p, const unsigned c
         pin(part);
         release(s);
         // part[4j + 2h + c] is row (h ? row1 : row0), column col0 + 8j + c.
-        if (kBlockScaled && !kUniformBScale) {
+        if (kTwoBScales) {
+          const int split = 128 - (tile.n * kBlockN) % 128;
+#pragma unroll
+          for (int j = 0; j < kBlockN / 8; ++j) {
+            const float sb_j = 8 * j < split ? sb_uniform : sb_second;
+            const float s0 = sa0 * sb_j, s1 = sa1 * sb_j;
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              acc[4 * j + c] += part[4 * j + c] * s0;
+              acc[4 * j + 2 + c] += part[4 * j + 2 + c] * s1;
+            }
+          }
+        } else if (kBlockScaled && !kUniformBScale) {
 #pragma unroll
           for (int j = 0; j < kBlockN / 8; ++j)
 #pragma unroll
@@ -595,6 +618,12 @@ extern "C" __global__ void __launch_bounds__(fp8c_gemm::kThreads, 1)
             if (lane == 0)
               copy_scale(slot + kBlockM, p.b_scale, kBScaleRows, p.b_scale_row_stride,
                          p.b_scale_kblock_stride, n0, p.n, kb);
+          } else if (kTwoBScales) {
+            // The two 128-column blocks the tile spans (the second may lie
+            // past N: zero, and so are its columns' products).
+            if (lane < 2)
+              copy_scale(slot + kBlockM + lane, p.b_scale, kBScaleRows, p.b_scale_row_stride,
+                         p.b_scale_kblock_stride, (n0 / 128 + lane) * 128, p.n, kb);
           } else if (kBScalesKMajor) {
             for (int c = lane; c < kBlockN / 4; c += 32)
               copy_scales4(slot + kBlockM + 4 * c, p.b_scale, p.b_scale_kblock_stride, n0 + 4 * c,
