@@ -38,7 +38,8 @@
 //    bytes (4 rows) at a time, and a B tile inside one 128x128 block takes
 //    one copy: an earlier form copied every row's and column's scale 4
 //    bytes at a time (the B one 128 times over), which ncu counted as a
-//    quarter of all shared-memory wavefronts (bench/results notes).
+//    quarter of all shared-memory wavefronts
+//    (bench/results/ncu_block_gemm_h200_2026-12-03.txt).
 //  - kClusterM == 2: CTAs run in clusters of two that take vertically
 //    adjacent tiles (rows 2i and 2i+1 of tiles, the same column), so they
 //    share the B tile: each loads half of it and multicasts it to both, which
