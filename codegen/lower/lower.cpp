@@ -56,10 +56,30 @@ class Lowering {
                 c.kind = s.kind();
                 c.on_comm_stream = layer_.layout.overlap != Overlap::none;
                 l.actions.push_back(c);
+                note_overlap();
               },
           },
           s.op);
       into.push_back(std::move(l));
+    }
+  }
+
+  // What `overlap =` does with this layer's collectives, said once.
+  void note_overlap() {
+    switch (layer_.layout.overlap) {
+      case Overlap::none:
+        return;
+      case Overlap::bulk:
+        note_once(
+            "overlap = bulk: each collective runs whole on the communication stream, after the "
+            "step that writes its input and before the first that reads its output (events); "
+            "steps that need neither run under it");
+        return;
+      case Overlap::ring:
+        note_once(
+            "overlap = ring runs as bulk: each collective whole on the communication stream "
+            "(the ring of per-rank chunks pipelined with GEMM chunks is not built yet)");
+        return;
     }
   }
 

@@ -465,6 +465,42 @@ TEST(ExecutorLogic, EveryAutoGemmIsOneItsBackendTakes) {
 
 // `fp8c plan --lowered` shows the choice, from the spec's target: Hopper runs
 // the block-scaled GEMM, another target dequantizes and says why.
+// `fp8c plan --lowered` says what each overlap does with the collectives:
+// none keeps them on the compute stream, bulk and ring (which runs as bulk
+// for now, and says so) put them on the communication stream.
+TEST(ExecutorLogic, PlanLoweredSaysWhatOverlapDoes) {
+  for (const char* overlap : {"none", "bulk", "ring"}) {
+    SCOPED_TRACE(overlap);
+    const Spec spec = spec_from(
+        std::string("layer l = linear { in = 256  out = 512  recipe = current { }\n"
+                    "  layout = { tensor_parallel = 2  sequence_parallel = true  overlap = ") +
+        overlap + " } column }\n");
+    PlanOptions o;
+    o.ranks = 2;
+    o.tokens = 256;
+    const Plan plan = plan_spec(spec, o);
+    const LoweredPlan low = lower_plan(spec, plan);
+    const std::string text = print_lowered(plan, low);
+    const bool none = std::string(overlap) == "none";
+    EXPECT_EQ(text.find("on the communication stream") != std::string::npos, !none) << text;
+    EXPECT_EQ(text.find("overlap = bulk: each collective runs whole") != std::string::npos,
+              std::string(overlap) == "bulk")
+        << text;
+    EXPECT_EQ(text.find("overlap = ring runs as bulk") != std::string::npos,
+              std::string(overlap) == "ring")
+        << text;
+    int collectives = 0;
+    for (const auto* pass : {&low.layers[0].forward, &low.layers[0].backward})
+      for (const LoweredStep& step : *pass)
+        for (const auto& a : step.actions)
+          if (const auto* c = std::get_if<CollectiveCall>(&a)) {
+            EXPECT_EQ(c->on_comm_stream, !none);
+            ++collectives;
+          }
+    EXPECT_GT(collectives, 0);
+  }
+}
+
 TEST(ExecutorLogic, PlanLoweredShowsWhereBlockScaledGemmsRun) {
   const std::string layer = layer_text("blockwise", "column", false, 1, 1024, 2048);
   for (const char* target : {"sm_90a", "sm_100a"}) {
