@@ -30,6 +30,66 @@ LayerStates sample() {
   return s;
 }
 
+// from_dlpack reads a DLTensor's description only (no device access).
+DLTensor dl_tensor(std::int64_t* shape, int ndim, DLDataType type,
+                   std::int64_t* strides = nullptr) {
+  DLTensor t{};
+  t.data = reinterpret_cast<void*>(0x100000);
+  t.device = {kDLCUDA, 0};
+  t.ndim = ndim;
+  t.dtype = type;
+  t.shape = shape;
+  t.strides = strides;
+  t.byte_offset = 0;
+  return t;
+}
+
+TEST(FromDlpack, TakesContiguousCudaTensorsOfTheLayerTypesAndFp8Bytes) {
+  std::int64_t shape[2] = {128, 256};
+  const std::pair<DLDataType, DType> types[] = {{{kDLBfloat, 16, 1}, DType::bf16},
+                                                {{kDLFloat, 16, 1}, DType::fp16},
+                                                {{kDLFloat, 32, 1}, DType::fp32},
+                                                {{kDLUInt, 8, 1}, DType::u8}};
+  for (const auto& [dl, want] : types) {
+    DLTensor t = dl_tensor(shape, 2, dl);
+    t.byte_offset = 512;
+    const TensorRef r = from_dlpack(t);
+    EXPECT_EQ(r.dtype, want);
+    EXPECT_EQ(r.rows, 128);
+    EXPECT_EQ(r.cols, 256);
+    EXPECT_EQ(r.data, reinterpret_cast<void*>(0x100000 + 512));
+  }
+  std::int64_t strides[2] = {256, 1};  // explicit, and contiguous
+  EXPECT_EQ(from_dlpack(dl_tensor(shape, 2, {kDLFloat, 32, 1}, strides)).cols, 256);
+  std::int64_t length[1] = {512};  // a bias
+  const TensorRef bias = from_dlpack(dl_tensor(length, 1, {kDLBfloat, 16, 1}));
+  EXPECT_EQ(bias.rows, 512);
+  EXPECT_EQ(bias.cols, 1);
+}
+
+TEST(FromDlpack, RefusesWhatDoesNotFitNamingIt) {
+  const auto message = [](const DLTensor& t) {
+    try {
+      from_dlpack(t);
+    } catch (const SessionError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  std::int64_t shape[3] = {4, 128, 256};
+  DLTensor host = dl_tensor(shape, 2, {kDLFloat, 32, 1});
+  host.device = {kDLCPU, 0};
+  EXPECT_NE(message(host).find("not in CUDA device memory"), std::string::npos);
+  EXPECT_NE(message(dl_tensor(shape, 3, {kDLFloat, 32, 1})).find("3 dims"), std::string::npos);
+  std::int64_t transposed[2] = {1, 128};
+  EXPECT_NE(message(dl_tensor(shape, 2, {kDLFloat, 32, 1}, transposed)).find("not contiguous"),
+            std::string::npos);
+  EXPECT_NE(message(dl_tensor(shape, 2, {kDLInt, 32, 1})).find("uint8 for FP8 bytes"),
+            std::string::npos);
+  EXPECT_NE(message(dl_tensor(shape, 2, {kDLFloat, 16, 2})).find("vector element types"),
+            std::string::npos);
+}
+
 TEST(StateFile, RoundTripsExactly) {
   const std::string text = format_state_file(sample());
   const LayerStates back = parse_state_file(text, "mem");
