@@ -20,19 +20,11 @@ constexpr std::uint64_t kFp8Alignment = 16;
 // `out`), so both per-rank extents must hold whole blocks.
 constexpr std::uint64_t kMxfp8Block = 32;
 
-std::string str(std::uint64_t v) { return std::to_string(v); }
+std::string str(std::uint64_t v) {
+  return std::to_string(v);
+}
 std::string str(ElemType v) {
   return std::string(to_string(v));
-}
-
-// 'a', 'a' and 'b', 'a', 'b' and 'c'
-std::string quoted_list(const std::vector<std::string>& names) {
-  std::string list;
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    if (i > 0) list += i + 1 == names.size() ? " and " : ", ";
-    list += "'" + names[i] + "'";
-  }
-  return list;
 }
 
 }  // namespace
@@ -280,31 +272,10 @@ void Checker::check_layout(const Layer& layer) {
 // layer with recipe none, it is an error, reported by check_chain and
 // check_layout.)
 void Checker::check_fp8_output(const Spec& spec, const Layer& producer) {
-  if (!producer.output_fp8 || !producer.recipe.is_fp8()) return;
-  if (fp8_output_consumer(spec, producer)) return;
-  std::vector<const Layer*> consumers;
   for (const auto& layer : spec.layers)
-    if (layer.input == producer.name) consumers.push_back(&layer);
-  for (const Layer* consumer : consumers)
-    if (!consumer->recipe.is_fp8()) return;
-  std::string reason;
-  if (consumers.empty()) {
-    reason = "no layer consumes it (FP8 output is for a consumer with recipe delayed)";
-  } else if (consumers.size() > 1) {
-    std::vector<std::string> names;
-    for (const Layer* consumer : consumers) names.push_back(consumer->name);
-    reason = "layers " + quoted_list(names) + (names.size() == 2 ? " both" : " all") +
-             " consume it, and one FP8 tensor carries the input scale of one consumer";
-  } else {
-    const Layer& consumer = *consumers.front();
-    reason = "consumer '" + consumer.name + "' uses recipe " +
-             std::string(to_string(consumer.recipe.kind)) +
-             (consumer.recipe.kind == RecipeKind::current
-                  ? ", whose input scale comes from the tensor's own amax, which is not known "
-                    "before this GEMM runs"
-                  : ", whose block scales are computed from the data, which does not exist "
-                    "before this GEMM runs");
-  }
+    if (layer.input == producer.name && !layer.recipe.is_fp8()) return;
+  const std::string reason = fp8_output_not_honoured(spec, producer);
+  if (reason.empty()) return;
   diagnostics_.warning(layer_sites_.at(producer.name).value_or_name("output"),
                        "output = fp8 is not honoured, so '" + producer.name +
                            "' writes its output in " + str(producer.output_dtype) + ": " + reason);

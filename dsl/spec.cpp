@@ -40,6 +40,45 @@ const Layer* fp8_output_consumer(const Spec& spec, const Layer& producer) {
   return consumer;
 }
 
+namespace {
+
+// 'a', 'a' and 'b', 'a', 'b' and 'c'
+std::string quoted_list(const std::vector<std::string>& names) {
+  std::string list;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) list += i + 1 == names.size() ? " and " : ", ";
+    list += "'" + names[i] + "'";
+  }
+  return list;
+}
+
+}  // namespace
+
+std::string fp8_output_not_honoured(const Spec& spec, const Layer& producer) {
+  if (!producer.output_fp8 || !producer.recipe.is_fp8()) return "";
+  if (fp8_output_consumer(spec, producer)) return "";
+  std::vector<std::string> consumers;
+  const Layer* only = nullptr;
+  for (const auto& layer : spec.layers)
+    if (layer.input == producer.name) {
+      consumers.push_back(layer.name);
+      only = &layer;
+    }
+  if (consumers.empty())
+    return "no layer consumes it (FP8 output is for a consumer with recipe delayed)";
+  if (consumers.size() > 1)
+    return "layers " + quoted_list(consumers) + (consumers.size() == 2 ? " both" : " all") +
+           " consume it, and one FP8 tensor carries the input scale of one consumer";
+  const RecipeKind kind = only->recipe.kind;
+  return "consumer '" + only->name + "' uses recipe " + std::string(to_string(kind)) +
+         (kind == RecipeKind::none ? ", which takes no FP8 input"
+          : kind == RecipeKind::current
+              ? ", whose input scale comes from the tensor's own amax, which is not known "
+                "before this GEMM runs"
+              : ", whose block scales are computed from the data, which does not exist "
+                "before this GEMM runs");
+}
+
 #define FP8C_TO_STRING(Type)                         \
   std::string_view to_string(Type value) {           \
     for (const auto& [name, v] : dsl::names<Type>()) \

@@ -112,11 +112,12 @@ class LayerPlanner {
     const Layer* producer = layer.input.empty() ? nullptr : spec.find_layer(layer.input);
     chained_in_ = producer && fp8_output_consumer(spec, *producer) == &layer;
     consumer_ = fp8_output_consumer(spec, layer);
-    if (layer.output_fp8 && !consumer_)
-      plan_.notes.push_back(
-          "output = fp8 is not honoured (see `fp8c check`): the output is "
-          "written in " +
-          std::string(to_string(layer.output_dtype)));
+    if (layer.output_fp8 && !consumer_) {
+      const std::string why = fp8_output_not_honoured(spec, layer);
+      plan_.notes.push_back("output = fp8 is not honoured" + (why.empty() ? "" : ": " + why) +
+                            "; the output is written in " +
+                            std::string(to_string(layer.output_dtype)));
+    }
     if (chained_in_ && (layer.save_input == SaveInput::original || !gemm_fp8(GemmRole::fprop) ||
                         !gemm_fp8(GemmRole::wgrad)))
       throw PlanError("layer '" + layer.name + "' takes its input in FP8 from '" + layer.input +

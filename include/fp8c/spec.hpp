@@ -168,6 +168,11 @@ struct Spec {
 // A consumer takes FP8 input exactly when
 //   fp8_output_consumer(spec, *spec.find_layer(consumer.input)) == &consumer.
 const Layer* fp8_output_consumer(const Spec& spec, const Layer& producer);
+// Why the producer's `output = fp8` is not honoured ("no layer consumes it
+// ...", "consumer 'fc2' uses recipe current, whose input scale ..."), or ""
+// when it is, or when the producer did not ask for it. `fp8c check` warns
+// with it; the plan notes it.
+std::string fp8_output_not_honoured(const Spec& spec, const Layer& producer);
 
 // Names of enum values as written in the language (ElemType's, which are
 // also its words, is in elem_type.hpp).

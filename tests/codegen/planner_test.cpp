@@ -36,6 +36,36 @@ Spec spec_text(const std::string& text) {
   return *r.spec;
 }
 
+// An `output = fp8` the plan cannot honour is noted with the same reason
+// `fp8c check` gives, and the output stays high precision.
+TEST(Planner, UnhonouredFp8OutputIsNotedWithItsReason) {
+  for (const char* consumer : {"current { }", "blockwise { }"}) {
+    SCOPED_TRACE(consumer);
+    const Spec spec = spec_text(
+        std::string("layer a = linear { in = 256  out = 512  output = fp8  recipe = delayed { } }\n"
+                    "layer b = linear { input = a  out = 256  recipe = ") +
+        consumer + " }\n");
+    const Plan plan = plan_at(spec, 1, 256);
+    const LayerPlan& a = plan.layers[0];
+    EXPECT_EQ(a.io.y_fp8, kNoTensor);
+    ASSERT_NE(a.io.y, kNoTensor);
+    EXPECT_EQ(a.tensor(a.io.y).type, DType::bf16);
+    const std::string reason = fp8_output_not_honoured(spec, spec.layers[0]);
+    EXPECT_NE(reason.find("consumer 'b' uses recipe"), std::string::npos) << reason;
+    bool noted = false;
+    for (const std::string& n : a.notes)
+      noted = noted ||
+              n == "output = fp8 is not honoured: " + reason + "; the output is written in bf16";
+    EXPECT_TRUE(noted);
+  }
+  // Honoured: a delayed consumer.
+  const Spec chained = spec_text(
+      "layer a = linear { in = 256  out = 512  output = fp8  recipe = delayed { } }\n"
+      "layer b = linear { input = a  out = 256  recipe = delayed { } }\n");
+  EXPECT_EQ(fp8_output_not_honoured(chained, chained.layers[0]), "");
+  EXPECT_NE(plan_at(chained, 1, 256).layers[0].io.y_fp8, kNoTensor);
+}
+
 // TransformerEngine #530: column + sequence parallel wgrad reads X gathered
 // along tokens. Whatever the recipe, the X operand must be gathered along
 // tokens and be either contiguous (permuted, transposed from a rowwise
