@@ -27,6 +27,7 @@
 #include "runtime/gpu/rank_executor.hpp"
 #include "runtime/gpu/state_file.hpp"
 #include "runtime/jit.hpp"
+#include "runtime/sha256.hpp"
 
 namespace fp8c {
 namespace {
@@ -122,8 +123,16 @@ struct Session::Impl {
     LayerRun* fp8_consumer = nullptr;
     LayerRun* fp8_producer = nullptr;
     CUdeviceptr fp8_output = 0;  // the y of the last forward, when it is FP8
+    // The FP8 weight cache: the version and address the kept FP8 weight
+    // was cast from (version 0: nothing kept), and under
+    // check_weight_cache the digest of the bytes cast.
+    bool weight_cache = false;
+    std::uint64_t cast_version = 0;
+    CUdeviceptr cast_from = 0;
+    runtime::Digest cast_digest{};
   };
   std::map<std::string, LayerRun> layers;
+  bool check_weight_cache = false;
 
   Impl(const std::string& path, const SessionOptions& o)
       : spec(load_spec(path)),
@@ -137,6 +146,7 @@ struct Session::Impl {
             runtime::CubinCache(o.cache_dir.empty() ? runtime::CubinCache::default_directory()
                                                     : o.cache_dir)) {
     device.make_current();
+    check_weight_cache = o.check_weight_cache;
     // What runs is what the lowering says, and what it lists is what is
     // compiled (`fp8c compile` lists the same kernels).
     if (!lowered.unsupported.empty()) {
@@ -166,6 +176,9 @@ struct Session::Impl {
           runtime::RankResources{*kernels, *comm, *gemm, stream.get(), comm_stream.get(),
                                  generated_gemm.get()},
           *run.state);
+      run.exec->set_graphs(o.graphs);
+      run.weight_cache = o.weight_cache || run.layer->weight_cache;
+      if (run.weight_cache) run.exec->enable_weight_cache();
       layers.emplace(lp.layer, std::move(run));
     }
     for (auto& [name, run] : layers)
@@ -254,6 +267,16 @@ struct Session::Impl {
     run.exec->bind(id, address);
   }
 
+  // The SHA-256 of a weight's bytes as they are once `stream` is done.
+  runtime::Digest weight_digest(const LayerRun& run, CUstream stream) {
+    const Tensor& w = run.plan->tensor(run.plan->io.w);
+    std::vector<unsigned char> bytes(w.bytes());
+    FP8C_CU(runtime::driver().cuStreamSynchronize(stream));
+    FP8C_CU(runtime::driver().cuMemcpyDtoH(bytes.data(), run.exec->address(run.plan->io.w),
+                                           bytes.size()));
+    return runtime::Sha256().update(bytes.data(), bytes.size()).finish();
+  }
+
   // Runs `body`, turning the executor's errors into SessionError.
   template <typename Body>
   void step(const std::string& layer, Body&& body) {
@@ -321,6 +344,17 @@ const std::vector<KernelReport>& Session::kernels() const {
   return impl_->reports;
 }
 
+std::vector<GraphReport> Session::graph_report() const {
+  std::vector<GraphReport> out;
+  for (const auto& lp : impl_->plan.layers) {
+    const GpuRankExecutor& e = *impl_->layers.at(lp.layer).exec;
+    const auto counts = e.graph_counts();
+    out.push_back({lp.layer, counts.eager, counts.captured, counts.replayed,
+                   e.graph_disabled("forward"), e.graph_disabled("backward")});
+  }
+  return out;
+}
+
 std::vector<std::int64_t> Session::shape(const std::string& layer, const std::string& key) const {
   auto& run = impl_->layer(layer);
   const Tensor& t = run.plan->tensor(impl_->io_tensor(run, layer, key));
@@ -365,7 +399,23 @@ void Session::forward(const std::string& name, const LayerInputs& in, const Tens
     impl_->bind(run, io.y, y, "output y");
   }
   run.exec->set_stream(s);
+  // The FP8 weight cache: the kept cast serves a weight of the same version
+  // at the same address.
+  const auto w_at = reinterpret_cast<CUdeviceptr>(in.w.data);
+  const bool kept = run.weight_cache && in.w_version != 0 && in.w_version == run.cast_version &&
+                    w_at == run.cast_from;
+  if (kept && impl_->check_weight_cache && impl_->weight_digest(run, s) != run.cast_digest)
+    throw SessionError("fp8c: layer '" + name + "': weight w changed but its version (" +
+                       std::to_string(in.w_version) +
+                       ") did not; bump LayerInputs::w_version whenever the weight changes");
+  if (run.weight_cache) run.exec->set_weight_cached(kept);
+  if (run.weight_cache && !kept) run.cast_version = 0;  // until this cast is enqueued
   impl_->step(name, [&] { run.exec->forward(); });
+  if (run.weight_cache && !kept && in.w_version != 0) {
+    run.cast_version = in.w_version;
+    run.cast_from = w_at;
+    if (impl_->check_weight_cache) run.cast_digest = impl_->weight_digest(run, s);
+  }
   if (!run.forward_end) run.forward_end = std::make_unique<runtime::Event>();
   run.forward_end->record(s);
   run.forward_stream = s;
@@ -391,10 +441,7 @@ void Session::backward(const std::string& name, const TensorRef& dy, const Layer
     FP8C_CU(runtime::driver().cuStreamWaitEvent(s, run.forward_end->get(), 0));
   run.exec->set_stream(s);
   run.forward_done = false;
-  impl_->step(name, [&] {
-    run.exec->backward();
-    run.exec->update();
-  });
+  impl_->step(name, [&] { run.exec->backward_and_update(); });
   if (!run.update_end) run.update_end = std::make_unique<runtime::Event>();
   run.update_end->record(s);
   run.update_stream = s;

@@ -80,7 +80,9 @@ int main(int argc, char** argv) {
           json << (first ? "" : ",") << "\n  {\"name\": \"" << recipe << "_" << s.tokens << "x"
                << s.in << "x" << s.out << "\", \"recipe\": \"" << recipe
                << "\", \"tokens\": " << s.tokens << ", \"in\": " << s.in << ", \"out\": " << s.out
-               << ", \"step_ms\": " << r.step_ms << ", \"gemm_ms\": " << r.gemm_ms
+               << ", \"step_ms\": " << r.step_ms
+               << ", \"graphs\": " << (r.graphed ? "true" : "false")
+               << ", \"eager_step_ms\": " << r.eager_step_ms << ", \"gemm_ms\": " << r.gemm_ms
                << ", \"ratio_to_gemms\": " << r.ratio() << ", \"breakdown\": [";
           for (std::size_t i = 0; i < r.breakdown.size(); ++i)
             json << (i ? ", " : "") << "{\"step\": \"" << r.breakdown[i].label

@@ -14,7 +14,10 @@ for case in ours["cases"]:
     peer = peers["cases"].get(shape, {})
     row = {"name": case["name"], "fp8c_step_ms": round(case["step_ms"], 4),
            "fp8c_gemms_alone_ms": round(case["gemm_ms"], 4),
-           "fp8c_ratio_to_gemms": round(case["ratio_to_gemms"], 4), "goal_ratio": 1.08}
+           "fp8c_ratio_to_gemms": round(case["ratio_to_gemms"], 4), "goal_ratio": 1.08,
+           "fp8c_graphs": case.get("graphs", False)}
+    if "eager_step_ms" in case:  # the same steps launched one by one, no CUDA graphs
+        row["fp8c_eager_step_ms"] = round(case["eager_step_ms"], 4)
     for p in ("torch_eager_ms", "torch_compile_ms", "bf16_ms", "torch_gemms_only_ms", "torchao_compile_ms"):
         if p in peer:
             row[p] = round(peer[p], 4)

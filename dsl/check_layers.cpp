@@ -9,9 +9,9 @@ namespace {
 // The largest `in` or `out`: per-rank sizes index 32-bit grids.
 constexpr std::uint64_t kMaxFeatures = (std::uint64_t{1} << 31) - 1;
 
-const std::vector<std::string_view> kLayerKeys = {"in",    "out",        "bias",   "activation",
-                                                  "dtype", "output",     "recipe", "layout",
-                                                  "input", "save_input", "gemm",   "debug"};
+const std::vector<std::string_view> kLayerKeys = {
+    "in",     "out",   "bias",       "activation", "dtype",        "output", "recipe",
+    "layout", "input", "save_input", "gemm",       "weight_cache", "debug"};
 
 const std::vector<std::pair<std::string_view, std::string_view>> kLayerKeysElsewhere = {
     {"forward", "recipes: write `recipe = current { forward = e4m3 }`"},
@@ -122,6 +122,8 @@ void Checker::layer_entry(const ast::Entry& entry, Layer& layer) {
       layer.input = atom->text;
   } else if (key == "gemm") {
     if (auto v = read_.word<GemmBackend>(*atom, "GEMM backend")) layer.gemm = *v;
+  } else if (key == "weight_cache") {
+    if (auto v = read_.boolean(*atom, "weight_cache")) layer.weight_cache = *v;
   }
 }
 

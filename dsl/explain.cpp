@@ -79,6 +79,7 @@ std::string explain_spec(const Spec& spec) {
     out << "  output     = " << (layer.output_fp8 ? "fp8" : to_string(layer.output_dtype)) << "\n";
     out << "  save_input = " << to_string(layer.save_input) << "\n";
     out << "  gemm       = " << to_string(layer.gemm) << "\n";
+    out << "  weight_cache = " << b(layer.weight_cache) << "\n";
     // Named settings are printed in full above; a layer names them.
     out << "  recipe     = ";
     if (layer.recipe.name.empty())

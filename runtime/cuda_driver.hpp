@@ -59,6 +59,14 @@ namespace fp8c::runtime {
   X(cuStreamSynchronize, 2000)           \
   X(cuStreamQuery, 2000)                 \
   X(cuStreamWaitEvent, 3020)             \
+  X(cuStreamBeginCapture, 10010)         \
+  X(cuStreamEndCapture, 10000)           \
+  X(cuStreamIsCapturing, 10000)          \
+  X(cuGraphInstantiateWithFlags, 11040)  \
+  X(cuGraphLaunch, 10000)                \
+  X(cuGraphGetNodes, 10000)              \
+  X(cuGraphDestroy, 10000)               \
+  X(cuGraphExecDestroy, 10000)           \
   X(cuEventCreate, 2000)                 \
   X(cuEventDestroy, 4000)                \
   X(cuEventRecord, 2000)                 \

@@ -10,7 +10,7 @@ out=${2:-build-gpu}
 rm -rf "$out"
 for f in tests/runtime/runtime_tests tests/gpu/gpu_executor_tests tests/multigpu/multi_gpu_tests \
          tools/fp8c examples/host/gpt_mlp_step bench/layer_bench bench/quantize_bench \
-         bench/mlp_multi_gpu_bench bench/gemm_bench bench/chain_bench; do
+         bench/mlp_multi_gpu_bench bench/gemm_bench bench/chain_bench bench/accumulate_bench; do
   mkdir -p "$out/$(dirname "$f")"
   cp "$build/$f" "$out/$f"
   strip "$out/$f"

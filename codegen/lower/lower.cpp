@@ -18,6 +18,7 @@ class Lowering {
       : layer_(layer), plan_(plan), options_(options) {
     out_.layer = plan.layer;
     out_.ranks = plan.ranks;
+    out_.weight_cache = layer.weight_cache;
   }
 
   LoweredLayer run() {
@@ -25,6 +26,7 @@ class Lowering {
     lower_pass(plan_.forward, out_.forward);
     lower_pass(plan_.backward, out_.backward);
     lower_pass(plan_.update, out_.update);
+    mark_weight_only();
     check_nan_policy();
     return std::move(out_);
   }
@@ -62,6 +64,50 @@ class Lowering {
           s.op);
       into.push_back(std::move(l));
     }
+  }
+
+  // Forward and backward steps that depend on the weight alone
+  // (LoweredStep::weight_only). A tensor is the weight's when it is the
+  // weight or a weight-only step made it; one that no forward or backward
+  // step makes and the caller does not hand in (the delayed scales the
+  // update writes) is neutral; anything else (x, dy, the bias, GEMM
+  // outputs) is not. A step is weight-only when it is no GEMM, reads at
+  // least one tensor of the weight's and only those and neutral ones.
+  void mark_weight_only() {
+    if (plan_.io.w == kNoTensor) return;
+    const LayerIo& io = plan_.io;
+    const auto callers = [&](int id) {
+      return id == io.x || id == io.x_fp8 || id == io.x_amax || id == io.b || id == io.dy ||
+             id == io.y_scale;
+    };
+    std::vector<bool> made(plan_.tensors.size(), false), weights(plan_.tensors.size(), false);
+    for (const auto* pass : {&plan_.forward, &plan_.backward})
+      for (const Step& s : *pass)
+        for (int id : s.outputs()) made[static_cast<std::size_t>(id)] = true;
+    weights[static_cast<std::size_t>(plan_.io.w)] = true;
+    int marked = 0;
+    for (const auto& [steps, lowered] :
+         {std::pair{&plan_.forward, &out_.forward}, std::pair{&plan_.backward, &out_.backward}})
+      for (std::size_t i = 0; i < steps->size(); ++i) {
+        const Step& s = (*steps)[i];
+        if (s.kind() == StepKind::gemm) continue;
+        bool reads_weight = false, only = true;
+        for (int id : s.inputs()) {
+          const auto k = static_cast<std::size_t>(id);
+          if (weights[k])
+            reads_weight = true;
+          else if (made[k] || callers(id))
+            only = false;
+        }
+        if (!reads_weight || !only || s.outputs().empty()) continue;
+        (*lowered)[i].weight_only = true;
+        for (int id : s.outputs()) weights[static_cast<std::size_t>(id)] = true;
+        ++marked;
+      }
+    if (marked && layer_.weight_cache)
+      note_once("weight_cache = true: the " + std::to_string(marked) +
+                " weight-only steps are skipped while the weight's version is unchanged "
+                "(LayerInputs::w_version)");
   }
 
   // What `overlap =` does with this layer's collectives, said once.
@@ -519,10 +565,15 @@ class Lowering {
     launch(l, LaunchRole::scale_update, {k});
   }
 
-  // The amaxes `nan = error` decides on: every quantize's and amax pass's.
+  // The amaxes `nan = error` decides on: every quantize's and amax pass's,
+  // and an FP8 input's as its producer's epilogue wrote it (the producer's
+  // own verdict names a NaN it made, but this layer's history would take the
+  // NaN amax all the same).
   void nan_verdict() {
     if (layer_.recipe.nan != NanPolicy::error) return;
     NanVerdict v;
+    if (plan_.io.x_fp8 != kNoTensor && plan_.io.x_amax != kNoTensor)
+      v.watched.push_back({plan_.io.x_amax, plan_.io.x_fp8});
     for (const auto* pass : {&plan_.forward, &plan_.backward})
       for (const Step& s : *pass) {
         if (const auto* q = s.as<QuantizeStep>(); q && q->amax != kNoTensor)

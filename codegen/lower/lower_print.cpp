@@ -32,13 +32,16 @@ std::string describe(const GemmCall& g) {
 }
 
 void print_pass(std::ostringstream& o, const LayerPlan& lp, const char* name,
-                const std::vector<Step>& steps, const std::vector<LoweredStep>& lowered) {
+                const std::vector<Step>& steps, const std::vector<LoweredStep>& lowered,
+                bool weight_cache) {
   if (steps.empty()) return;
   o << "  " << name << ":\n";
   for (std::size_t i = 0; i < steps.size() && i < lowered.size(); ++i) {
     const std::vector<int> in = steps[i].inputs();
     o << "    " << i << ". " << to_string(steps[i].kind())
-      << (in.empty() ? "" : " " + lp.tensor(in[0]).name) << "\n";
+      << (in.empty() ? "" : " " + lp.tensor(in[0]).name)
+      << (weight_cache && lowered[i].weight_only ? " (weight only: skipped while cached)" : "")
+      << "\n";
     for (const auto& action : lowered[i].actions)
       std::visit(Overloaded{
                      [&](const KernelLaunch& k) {
@@ -66,15 +69,15 @@ std::string print_lowered(const Plan& plan, const LoweredPlan& lowered) {
     o << "\nlayer " << l.layer << " (" << l.ranks << " rank" << (l.ranks == 1 ? "" : "s") << ")\n";
     for (const auto& n : l.notes) o << "  note: " << n << "\n";
     for (const auto& u : l.unsupported) o << "  unsupported: " << u << "\n";
-    print_pass(o, *lp, "forward", lp->forward, l.forward);
-    print_pass(o, *lp, "backward", lp->backward, l.backward);
+    print_pass(o, *lp, "forward", lp->forward, l.forward, l.weight_cache);
+    print_pass(o, *lp, "backward", lp->backward, l.backward, l.weight_cache);
     if (l.nan_verdict) {
       o << "  nan verdict (nan = error), before the update: amax of";
       for (const auto& w : l.nan_verdict->watched) o << " " << lp->tensor(w.source).name;
       o << (l.nan_verdict->all_reduce ? "; all_reduce max over the group" : "")
         << "; copied to the host; the scale update skips on NaN\n";
     }
-    print_pass(o, *lp, "update", lp->update, l.update);
+    print_pass(o, *lp, "update", lp->update, l.update, l.weight_cache);
     if (l.staging.dz_fp32 || l.staging.dequantized || l.staging.block_scales)
       o << "  staging: dz (fp32) " << l.staging.dz_fp32 << " B, dequantized operands "
         << l.staging.dequantized << " B, block scales as cuBLASLt reads them "

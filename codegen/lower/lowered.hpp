@@ -85,6 +85,11 @@ using LoweredAction = std::variant<KernelLaunch, GemmCall, CollectiveCall>;
 
 struct LoweredStep {
   std::vector<LoweredAction> actions;  // in order
+  // The step reads nothing but the weight, what other such steps made of it
+  // and the layer's scale state (the weight's casts, transposes and amax):
+  // what the FP8 weight cache skips while the weight is unchanged
+  // (SessionOptions::weight_cache, `weight_cache = true`).
+  bool weight_only = false;
 };
 
 // Scratch space a layer's steps share, in bytes (0: none).
@@ -116,6 +121,8 @@ struct NanVerdict {
 struct LoweredLayer {
   std::string layer;
   std::uint32_t ranks = 1;
+  bool weight_cache =
+      false;  // the layer's `weight_cache =` (weight-only steps skipped when cached)
   // One entry per plan step, same order.
   std::vector<LoweredStep> forward, backward, update;
   StagingSizes staging;

@@ -86,13 +86,42 @@ struct SessionOptions {
   // the spec is planned for WORLD_SIZE ranks, runs on GPU LOCAL_RANK (not
   // `device`), and its collectives go over NCCL. Otherwise: one rank.
   bool launched = false;
+  // CUDA Graphs: each layer's forward, and its backward with the update,
+  // enqueued as one graph launch once a step has run twice on the same
+  // tensors (the first run eager, the second captured, replays after; a
+  // tensor at another address re-captures). Off: every launch one by one.
+  // Passes whose collectives cannot be captured (several ranks in one
+  // process; NCCL, for now) stay eager either way: graph_report() says so.
+  bool graphs = true;
+  // The FP8 weight cache for every layer (as `weight_cache = true` in each):
+  // a forward whose LayerInputs::w_version is the one the layer's kept FP8
+  // weight was cast from, at the same address, skips the weight's casts.
+  bool weight_cache = false;
+  // Debug: on every skip, check that the weight's bytes are the ones cast
+  // (a SHA-256 kept at the cast, compared after waiting for the stream): a
+  // weight changed under an unchanged version is a SessionError before the
+  // step runs. Slow (the weight is copied to the host); for finding the bug.
+  bool check_weight_cache = false;
 };
 
 struct LayerInputs {
   TensorRef x, w, bias;  // bias.data null when the layer has none
+  // The weight's version, for the FP8 weight cache (`weight_cache = true`,
+  // SessionOptions::weight_cache): bump it whenever w changes (after each
+  // optimizer step); micro-batches of one step pass the same version and
+  // the weight is cast once. 0: unversioned, cast at every forward.
+  std::uint64_t w_version = 0;
 };
 struct LayerGrads {
   TensorRef dx, dw, dbias;  // dw is fp32; dbias.data null when the layer has none
+};
+
+// How a layer's passes have been enqueued so far (SessionOptions::graphs).
+struct GraphReport {
+  std::string layer;
+  int eager = 0, captured = 0, replayed = 0;  // passes, forward and backward together
+  std::string forward_not_captured;           // why forward is not a graph ("" where it is)
+  std::string backward_not_captured;          // ... backward with the update
 };
 
 struct KernelReport {
@@ -116,6 +145,7 @@ class Session {
   int ranks() const;
   std::vector<std::string> layers() const;
   const std::vector<KernelReport>& kernels() const;
+  std::vector<GraphReport> graph_report() const;
   // Shape and element type of this rank's tensor `key` ("x", "w", "y",
   // "dw", ...) in `layer`.
   std::vector<std::int64_t> shape(const std::string& layer, const std::string& key) const;

@@ -123,6 +123,12 @@ struct Layer {
   SaveInput save_input = SaveInput::fp8;
   std::string input;  // producer layer, empty when fed by the user
   GemmBackend gemm = GemmBackend::automatic;
+  // The FP8 copies of the weight are kept across micro-batches: the
+  // weight's casts are skipped while the caller's weight version is
+  // unchanged (LayerInputs::w_version; TransformerEngine's
+  // is_first_microbatch). Also turned on for every layer by
+  // SessionOptions::weight_cache.
+  bool weight_cache = false;
   Debug debug;
 
   // Per-rank weight shape under the layout.

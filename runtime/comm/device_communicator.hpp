@@ -65,6 +65,14 @@ class DeviceCommunicator {
   // left hanging. Use this instead of a bare stream synchronize.
   virtual void synchronize(CUstream stream) = 0;
 
+  // Whether these calls may be captured into a CUDA graph (stream capture):
+  // each only enqueues device work on `stream`, never synchronizes it or
+  // blocks on other ranks. No backend promises that yet: the single-GPU
+  // group meets its peers on the host, and NCCL's watchdog polls an event
+  // recorded after each call, which inside a capture marks nothing. (A plan
+  // of one rank has no collectives, so its passes are captured whole.)
+  virtual bool capturable() const { return false; }
+
   // Poisons this communicator and releases its peers (ncclCommAbort for
   // NCCL). Idempotent; never throws.
   virtual void abort(const std::string& reason) noexcept = 0;

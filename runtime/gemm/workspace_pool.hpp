@@ -4,6 +4,13 @@
 // another stream takes it over only after waiting, on the device, for that
 // use to finish. At most `count` buffers exist; a stream with one of its own
 // never waits.
+//
+// A GEMM captured into a CUDA graph keeps the buffer it was captured with
+// for every replay: acquiring on a capturing stream pins that stream's own
+// buffer to it for good (no other stream takes it over; pinned buffers do
+// not count against `count`), and no event is recorded or waited on inside
+// the capture. A capturing stream without a buffer of its own (it ran no
+// GEMM before the capture) is refused: buffers are not allocated mid-capture.
 #pragma once
 
 #include <cstddef>
@@ -22,7 +29,8 @@ class WorkspacePool {
   WorkspacePool& operator=(const WorkspacePool&) = delete;
 
   // A buffer work enqueued next on `stream` may use; call used(stream) once
-  // that work is enqueued. Not thread-safe: callers serialize.
+  // that work is enqueued. Not thread-safe: callers serialize. Throws
+  // std::runtime_error for a capturing stream with no buffer of its own.
   const DeviceBuffer& acquire(CUstream stream);
   void used(CUstream stream);
 
@@ -34,6 +42,7 @@ class WorkspacePool {
     CUstream owner = nullptr;
     CUevent last_use = nullptr;  // recorded on owner after each use
     std::uint64_t tick = 0;      // when it was last acquired
+    bool pinned = false;         // captured into a graph: the owner's for good
   };
   Slot& slot_for(CUstream stream);
 

@@ -108,19 +108,27 @@ std::vector<LayerBenchResult> bench_layers(const Spec& spec, const Device& devic
     };
     const auto whole_step = [&] {
       exec.forward();
-      exec.backward();
-      exec.update();
+      exec.backward_and_update();
     };
-    for (int i = 0; i < o.warmup; ++i) {
-      bind(i);
-      whole_step();
+    // Steps as graph launches and launched one by one, interleaved so that
+    // both see the same clocks (a long run heats the GPU).
+    std::vector<double> steps, eager_steps, gemms;
+    for (const bool graphs : {false, o.graphs}) {
+      exec.set_graphs(graphs);
+      for (int i = 0; i < o.warmup; ++i) {
+        bind(i);
+        whole_step();
+      }
     }
     exec.synchronize();
-    std::vector<double> steps, gemms;
-    for (int i = 0; i < o.iterations; ++i) {
-      bind(i);
-      steps.push_back(timed(whole_step));
-    }
+    for (int i = 0; i < o.iterations; ++i)
+      for (const bool graphs : {false, o.graphs}) {
+        exec.set_graphs(graphs);
+        bind(i);
+        (graphs ? steps : eager_steps).push_back(timed(whole_step));
+      }
+    const bool graphed = o.graphs && exec.graph_counts().replayed > 0;
+    exec.set_graphs(false);
     for (int i = 0; i < o.iterations; ++i) {
       bind(i);
       gemms.push_back(timed([&] { exec.run_gemms_only(); }));
@@ -150,12 +158,53 @@ std::vector<LayerBenchResult> bench_layers(const Spec& spec, const Device& devic
       for (const auto& s : t) per_step[s.label].push_back(s.milliseconds);
     }
     exec.set_profiler(nullptr);
+    // Gradient accumulation: micro-batches of one weight (copy 0), x and dy
+    // rotating, with the weight cast once and every time, in turn.
+    double cached_ms = 0, every_ms = 0;
+    if (o.micro_batches > 1) {
+      exec.enable_weight_cache();
+      exec.set_graphs(o.graphs);
+      const auto accumulate = [&](bool cache) {
+        for (int m = 0; m < o.micro_batches; ++m) {
+          for (auto& [id, buffers] : inputs)
+            exec.bind(id, buffers[id == lp.io.w ? 0 : static_cast<std::size_t>(m % 2)].get());
+          exec.set_weight_cached(cache && m > 0);
+          whole_step();
+        }
+      };
+      std::vector<double> cached, every;
+      for (int i = 0; i < 3; ++i) accumulate(i % 2 == 0);
+      exec.synchronize();
+      const int rounds = std::max(3, o.iterations / o.micro_batches);
+      for (int i = 0; i < rounds; ++i) {
+        cached.push_back(timed([&] { accumulate(true); }));
+        every.push_back(timed([&] { accumulate(false); }));
+      }
+      exec.set_weight_cached(false);
+      exec.set_graphs(false);
+      cached_ms = median(cached);
+      every_ms = median(every);
+    }
     LayerBenchResult r;
+    r.micro_batches = o.micro_batches > 1 ? o.micro_batches : 0;
+    r.accumulate_cached_ms = cached_ms;
+    r.accumulate_every_ms = every_ms;
+    // The weight-only steps' times in the breakdown ("LAYER PASS I ..." labels).
+    for (const auto& [pass, low] :
+         {std::pair{"forward", &lowered.forward}, std::pair{"backward", &lowered.backward}})
+      for (std::size_t i = 0; i < low->size(); ++i) {
+        if (!(*low)[i].weight_only) continue;
+        const std::string prefix = layer.name + " " + pass + " " + std::to_string(i) + " ";
+        for (const auto& s : order)
+          if (s.label.rfind(prefix, 0) == 0) r.weight_cast_ms += median(per_step[s.label]);
+      }
     r.layer = layer.name;
     r.tokens = o.tokens;
     r.in = layer.in;
     r.out = layer.out;
     r.step_ms = median(steps);
+    r.eager_step_ms = median(eager_steps);
+    r.graphed = graphed;
     r.gemm_ms = median(gemms);
     r.flops = 6.0 * double(o.tokens) * double(layer.in) * double(layer.out);
     for (auto& s : order) {
@@ -181,6 +230,18 @@ std::string format_bench(const std::vector<LayerBenchResult>& results, bool brea
         static_cast<unsigned long long>(r.in), static_cast<unsigned long long>(r.out), r.step_ms,
         r.gemm_ms, r.ratio(), r.flops / (r.step_ms * 1e-3) / 1e12);
     out << line;
+    std::snprintf(line, sizeof line, "  %s; launched one by one %.3f ms (ratio %.3f)\n",
+                  r.graphed ? "passes as CUDA graphs" : "no pass as a CUDA graph", r.eager_step_ms,
+                  r.gemm_ms > 0 ? r.eager_step_ms / r.gemm_ms : 0.0);
+    out << line;
+    if (r.micro_batches > 1) {
+      std::snprintf(line, sizeof line,
+                    "  %d micro-batches of one weight: weight cast once %.3f ms, every time "
+                    "%.3f ms (saved %.3f ms; the weight's casts take %.3f ms a step)\n",
+                    r.micro_batches, r.accumulate_cached_ms, r.accumulate_every_ms,
+                    r.accumulate_every_ms - r.accumulate_cached_ms, r.weight_cast_ms);
+      out << line;
+    }
     if (r.comm_ms > 0) {
       const double exposed = std::max(0.0, r.step_ms - r.compute_ms);
       std::snprintf(line, sizeof line,

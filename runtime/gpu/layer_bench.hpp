@@ -26,17 +26,32 @@ struct LayerBenchOptions {
   // Several ranks: this process's rank of `comm`'s group (NCCL, one process
   // per GPU); the spec is planned for comm->size() ranks. Null: one rank.
   DeviceCommunicator* comm = nullptr;
+  // Steps as a Session runs them, each pass one CUDA graph launch (where it
+  // can be captured); the same steps launched one by one are timed beside.
+  bool graphs = true;
+  // Gradient accumulation: also time this many micro-batches of one weight
+  // (forward + backward + update each, new x and dy each) with the FP8
+  // weight cache (the weight cast once) and with the weight cast every time.
+  // 0: not timed.
+  int micro_batches = 0;
 };
 
 struct LayerBenchResult {
   std::string layer;
   std::uint64_t tokens = 0, in = 0, out = 0;
-  double step_ms = 0;                 // median of whole steps
+  double step_ms = 0;                 // median of whole steps (graphs where options.graphs)
+  double eager_step_ms = 0;           // median of whole steps launched one by one
+  bool graphed = false;               // step_ms's passes were graph launches
   double gemm_ms = 0;                 // median of the GEMMs alone (all of them, one step's worth)
   double flops = 0;                   // GEMM FLOPs of one step
   double compute_ms = 0;              // median of whole steps with the collectives left out
   double comm_ms = 0;                 // the collectives' share of the per-step breakdown
   std::vector<StepTiming> breakdown;  // per step, medians, inside whole steps
+  // options.micro_batches > 1: medians of the micro-batches of one weight,
+  // weight cast once (cached) and every time (every), and the weight-only
+  // steps' share of one step in the breakdown (what each skip saves).
+  int micro_batches = 0;
+  double accumulate_cached_ms = 0, accumulate_every_ms = 0, weight_cast_ms = 0;
   double ratio() const { return gemm_ms > 0 ? step_ms / gemm_ms : 0; }
 };
 

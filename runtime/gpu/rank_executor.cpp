@@ -210,15 +210,45 @@ void GpuRankExecutor::bind_scale(int id, ScalePair pair) {
 GpuRankExecutor::Slot GpuRankExecutor::slot(int scale_tensor) const {
   const auto i = static_cast<std::size_t>(scale_tensor);
   if (i < bound_scales_.size() && bound_scales_[i].scale) return bound_scales_[i];
-  if (state_view_[i]) {
-    const int d = plan_.delayed_index_of_scale(scale_tensor);
-    const int si = d < 0 ? -1 : state_.index(plan_.delayed[static_cast<std::size_t>(d)].key());
-    if (si < 0)
-      throw std::logic_error("gpu executor: " + plan_.tensor(scale_tensor).name +
-                             " is a state view without state");
-    return {state_.scale(si), state_.scale_inv(si)};
-  }
+  if (i < weight_scale_.size() && weight_scale_[i].scale) return weight_scale_[i];
+  if (state_view_[i]) return state_slot(scale_tensor);
   return {at(scale_tensor), at(scale_tensor) + 16};
+}
+
+GpuRankExecutor::Slot GpuRankExecutor::state_slot(int scale_tensor) const {
+  const int d = plan_.delayed_index_of_scale(scale_tensor);
+  const int si = d < 0 ? -1 : state_.index(plan_.delayed[static_cast<std::size_t>(d)].key());
+  if (si < 0)
+    throw std::logic_error("gpu executor: " + plan_.tensor(scale_tensor).name +
+                           " is a state view without state");
+  return {state_.scale(si), state_.scale_inv(si)};
+}
+
+void GpuRankExecutor::enable_weight_cache() {
+  std::vector<int> scales;
+  for (const auto& [steps, lowered] : {std::pair{&plan_.forward, &lowered_.forward},
+                                       std::pair{&plan_.backward, &lowered_.backward}})
+    for (std::size_t i = 0; i < steps->size(); ++i)
+      if (const auto* q = (*steps)[i].as<QuantizeStep>();
+          q && (*lowered)[i].weight_only && q->scale != kNoTensor &&
+          state_view_[static_cast<std::size_t>(q->scale)] &&
+          std::find(scales.begin(), scales.end(), q->scale) == scales.end())
+        scales.push_back(q->scale);
+  weight_scale_.assign(addresses_.size(), ScalePair{});
+  if (scales.empty()) return;
+  weight_scales_ = DeviceBuffer(scales.size() * 32);
+  std::vector<float> ones(scales.size() * 8, 0.0f);
+  for (std::size_t k = 0; k < scales.size(); ++k) ones[k * 8] = ones[k * 8 + 4] = 1.0f;
+  weight_scales_.upload(ones.data(), ones.size() * 4);
+  for (std::size_t k = 0; k < scales.size(); ++k)
+    weight_scale_[static_cast<std::size_t>(scales[k])] = {weight_scales_.get() + k * 32,
+                                                          weight_scales_.get() + k * 32 + 16};
+}
+
+void GpuRankExecutor::set_weight_cached(bool cached) {
+  if (cached && weight_scale_.empty())
+    throw std::logic_error("gpu executor: set_weight_cached without enable_weight_cache");
+  weight_cached_ = cached;
 }
 
 void GpuRankExecutor::zero(CUdeviceptr p, std::size_t bytes) {
@@ -227,7 +257,8 @@ void GpuRankExecutor::zero(CUdeviceptr p, std::size_t bytes) {
 
 void GpuRankExecutor::forward() {
   check_nan_verdict();
-  run_pass("forward", plan_.forward, lowered_.forward);
+  run_graph(forward_graph_, {&lowered_.forward},
+            [&] { run_pass("forward", plan_.forward, lowered_.forward); });
 }
 void GpuRankExecutor::backward() {
   check_nan_verdict();
@@ -238,6 +269,81 @@ void GpuRankExecutor::update() {
   check_nan_verdict();
   enqueue_nan_verdict();
   run_pass("update", plan_.update, lowered_.update);
+  verdict_enqueued();
+}
+
+void GpuRankExecutor::backward_and_update() {
+  check_nan_verdict();
+  run_graph(backward_graph_, {&lowered_.backward, &lowered_.update}, [&] {
+    run_pass("backward", plan_.backward, lowered_.backward);
+    enqueue_nan_verdict();
+    run_pass("update", plan_.update, lowered_.update);
+  });
+  verdict_enqueued();
+}
+
+namespace {
+
+// Whether a lowered pass runs a collective (a NaN verdict agreed over ranks
+// is one too: the caller adds it).
+bool has_collective(const std::vector<LoweredStep>& pass) {
+  for (const auto& l : pass)
+    if (find_action<CollectiveCall>(l)) return true;
+  return false;
+}
+
+}  // namespace
+
+void GpuRankExecutor::run_graph(PassGraph& graph,
+                                std::initializer_list<const std::vector<LoweredStep>*> passes,
+                                const std::function<void()>& enqueue) {
+  bool collectives = false;
+  for (const auto* p : passes) collectives = collectives || has_collective(*p);
+  if (&graph == &backward_graph_ && lowered_.nan_verdict && lowered_.nan_verdict->all_reduce)
+    collectives = true;
+  if (!graphs_ || profiler_ || skip_collectives_ || (collectives && !r_.comm.capturable())) {
+    enqueue();
+    ++graph_counts_.eager;
+    return;
+  }
+  // What the captured launches take: the streams (a graph keeps the GEMM
+  // workspace of the stream it was captured on: WorkspacePool), every
+  // tensor's address and every scale bound from elsewhere (the arena and the
+  // state do not move).
+  std::vector<std::uint64_t> key = {reinterpret_cast<std::uint64_t>(r_.stream),
+                                    reinterpret_cast<std::uint64_t>(r_.comm_stream),
+                                    weight_cached_ ? 1u : 0u};
+  key.insert(key.end(), addresses_.begin(), addresses_.end());
+  for (const ScalePair& p : bound_scales_) {
+    key.push_back(p.scale);
+    key.push_back(p.inverse);
+  }
+  switch (graph.run(r_.stream, key, enqueue)) {
+    case PassGraph::Outcome::eager:
+      ++graph_counts_.eager;
+      break;
+    case PassGraph::Outcome::captured:
+      ++graph_counts_.captured;
+      break;
+    case PassGraph::Outcome::replayed:
+      ++graph_counts_.replayed;
+      break;
+  }
+}
+
+std::string GpuRankExecutor::graph_disabled(std::string_view pass) const {
+  if (!graphs_) return "graphs are off";
+  const bool forward = pass == "forward";
+  if (!forward && pass != "backward")
+    throw std::invalid_argument("gpu executor: no pass '" + std::string(pass) + "'");
+  bool collectives = forward
+                         ? has_collective(lowered_.forward)
+                         : has_collective(lowered_.backward) || has_collective(lowered_.update) ||
+                               (lowered_.nan_verdict && lowered_.nan_verdict->all_reduce);
+  if (collectives && !r_.comm.capturable())
+    return "its collectives run on the " + std::string(r_.comm.backend_name()) +
+           " communicator, which cannot be captured";
+  return (forward ? forward_graph_ : backward_graph_).disabled();
 }
 
 void GpuRankExecutor::run_gemms_only() {
@@ -282,6 +388,13 @@ void GpuRankExecutor::enqueue_nan_verdict() {
   else
     FP8C_CU(cu.cuMemcpyDtoDAsync(agreed, local, n * 4, r_.stream));
   FP8C_CU(cu.cuMemcpyDtoHAsync(verdict_host_.get(), local, 2 * n * 4, r_.stream));
+}
+
+// After the update pass is enqueued (by itself or as a graph's launch): the
+// event the host waits on for the verdict. Recorded outside any capture, so
+// that it marks this step's launch of the copy.
+void GpuRankExecutor::verdict_enqueued() {
+  if (!lowered_.nan_verdict) return;
   verdict_ready_.record(r_.stream);
   verdict_pending_ = true;
 }
@@ -328,6 +441,7 @@ void GpuRankExecutor::run_pass(const char* pass, const std::vector<Step>& steps,
     const Step& s = steps[i];
     if (gemms_only && s.kind() != StepKind::gemm) continue;
     if (skip_collectives_ && s.is_collective()) continue;
+    if (weight_cached_ && lowered[i].weight_only) continue;
     const CollectiveCall* call = find_action<CollectiveCall>(lowered[i]);
     const bool on_comm = split && call && call->on_comm_stream;
     r_.stream = on_comm ? r_.comm_stream : main;
@@ -508,6 +622,14 @@ void GpuRankExecutor::quantize(const QuantizeStep& s, const LoweredStep& l) {
     return;
   }
   const auto& q = std::get<QuantizeKernel>(k->kernel.description);
+  if (s.scale != kNoTensor && static_cast<std::size_t>(s.scale) < weight_scale_.size() &&
+      weight_scale_[static_cast<std::size_t>(s.scale)].scale) {
+    // The weight cache's own pair: the state's scale as it is now, which the
+    // cast weight keeps (and its GEMMs read) until it is cast again.
+    const Slot from = state_slot(s.scale), to = weight_scale_[static_cast<std::size_t>(s.scale)];
+    FP8C_CU(driver().cuMemcpyDtoDAsync(to.scale, from.scale, 4, r_.stream));
+    FP8C_CU(driver().cuMemcpyDtoDAsync(to.inverse, from.inverse, 4, r_.stream));
+  }
   QuantizeArgs a;
   a.x = at(s.src);
   a.rows = rows;

@@ -14,6 +14,8 @@
 // update pass changes the state in place and nothing else does.
 #pragma once
 
+#include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -28,6 +30,7 @@
 #include "runtime/gemm/gemm.hpp"
 #include "runtime/gpu/kernel_set.hpp"
 #include "runtime/gpu/layer_state.hpp"
+#include "runtime/gpu/pass_graph.hpp"
 #include "runtime/gpu/step_profiler.hpp"
 
 namespace fp8c::runtime {
@@ -100,6 +103,36 @@ class GpuRankExecutor {
   // (not the delayed scales: those are the state's); complete on return.
   void upload_externals(const cpu::TensorStore& host);
 
+  // The FP8 weight cache (LoweredStep::weight_only; TransformerEngine's
+  // is_first_microbatch). enable_weight_cache(), before the first pass:
+  // each delayed scale a weight-only step casts with becomes a pair of this
+  // executor's, copied from the state right before the weight is cast and
+  // read by every GEMM of the cast weight, so that a kept FP8 weight stays
+  // with the scale it was cast with while the update moves the state's.
+  // set_weight_cached(true) skips the weight-only steps of the passes
+  // enqueued from then on; what they wrote last stays where it is (the
+  // weight's amax too: the update takes it again). The caller decides when
+  // the weight is unchanged (Session: LayerInputs::w_version), on every
+  // rank alike.
+  void enable_weight_cache();
+  void set_weight_cached(bool cached);
+  bool weight_cached() const { return weight_cached_; }
+
+  // CUDA Graphs (off until turned on): forward(), and backward_and_update(),
+  // each enqueued as one graph (runtime/gpu/pass_graph.hpp): eager the first
+  // time with a set of bound addresses, captured the second, replayed after
+  // that; a bind() or bind_scale() to another address re-captures. Passes
+  // stay eager while a profiler is set or collectives are skipped (the
+  // breakdown times each step as launched), and where a pass has a
+  // collective the communicator cannot have captured (capturable()).
+  void set_graphs(bool on) { graphs_ = on; }
+  struct GraphCounts {
+    int eager = 0, captured = 0, replayed = 0;
+  };
+  GraphCounts graph_counts() const { return graph_counts_; }
+  // Why a pass ("forward", "backward") is not a graph ("" where it is).
+  std::string graph_disabled(std::string_view pass) const;
+
   // Enqueue one pass. Under `nan = error`, update() enqueues the step's NaN
   // verdict (LoweredLayer::nan_verdict) and a scale update that writes
   // nothing on a NaN, so the state stays as it was. The host learns the
@@ -110,6 +143,8 @@ class GpuRankExecutor {
   void forward();
   void backward();
   void update();
+  // backward() then update(), as one graph where graphs are on.
+  void backward_and_update();
   // Waits for the stream; throws a pending NaN verdict.
   void synchronize();
   // Throws if the last verdict (waited for) found a NaN; reported once.
@@ -142,9 +177,15 @@ class GpuRankExecutor {
                                    CUdeviceptr into);
   CUdeviceptr padded_tile_scales(bool pad, GemmOperand& op, CUdeviceptr into);
   Slot slot(int scale_tensor) const;
+  Slot state_slot(int scale_tensor) const;  // a delayed scale's pair in the state
   CUdeviceptr at(int id) const { return addresses_.at(static_cast<std::size_t>(id)); }
   void zero(CUdeviceptr p, std::size_t bytes);
   void enqueue_nan_verdict();
+  void verdict_enqueued();
+  // Runs `enqueue` (one or more passes) through `graph` where graphs can
+  // serve `passes`, else directly.
+  void run_graph(PassGraph& graph, std::initializer_list<const std::vector<LoweredStep>*> passes,
+                 const std::function<void()>& enqueue);
 
   const Layer& layer_;
   const LayerPlan& plan_;
@@ -173,6 +214,12 @@ class GpuRankExecutor {
   std::unique_ptr<Event> fork_, join_;
   std::vector<int> producer_;  // step index, -1: before this pass
   std::vector<bool> produced_on_comm_;
+  bool weight_cached_ = false;
+  DeviceBuffer weight_scales_;           // the weight cache's scale pairs, 32 bytes each
+  std::vector<ScalePair> weight_scale_;  // per scale tensor: its pair there (zero: none)
+  bool graphs_ = false;
+  PassGraph forward_graph_, backward_graph_;
+  GraphCounts graph_counts_;
 };
 
 }  // namespace fp8c::runtime

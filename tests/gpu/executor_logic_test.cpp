@@ -602,6 +602,25 @@ TEST(ExecutorLogic, NanErrorLowersToADeviceVerdictThatGuardsTheScaleUpdate) {
   }
 }
 
+// A layer fed in FP8 by its producer watches the input amax the producer's
+// epilogue wrote: a NaN the producer made would otherwise reach this
+// layer's history, under nan = error, while its own quantizes saw none.
+TEST(ExecutorLogic, NanErrorWatchesAnFp8InputsAmax) {
+  const Spec spec = spec_from(R"(
+recipe r = delayed { history = 4  nan = error }
+layer fc1 = linear { in = 256  out = 512  activation = gelu  output = fp8  recipe = r }
+layer fc2 = linear { input = fc1  out = 256  recipe = r }
+)");
+  const Plan plan = plan_spec(spec, PlanOptions{1, 256});
+  const LayerPlan& consumer = plan.layers[1];
+  ASSERT_NE(consumer.io.x_fp8, kNoTensor);
+  const LoweredLayer k = lower_layer(spec.layers[1], consumer, {});
+  ASSERT_TRUE(k.nan_verdict.has_value());
+  ASSERT_FALSE(k.nan_verdict->watched.empty());
+  EXPECT_EQ(k.nan_verdict->watched[0].amax, consumer.io.x_amax);
+  EXPECT_EQ(k.nan_verdict->watched[0].source, consumer.io.x_fp8);
+}
+
 // `fp8c emit` (and so `fp8c compile`, which reads the same lowering) lists
 // exactly the kernels a Session compiles, for every example: the tool is
 // run as a user runs it, found beside this test binary in the build tree.
@@ -636,6 +655,67 @@ TEST(ExecutorLogic, Fp8cEmitListsTheKernelsASessionCompiles) {
     EXPECT_FALSE(session.empty());
     EXPECT_EQ(emitted, session);
   }
+}
+
+// The FP8 weight cache's steps (LoweredStep::weight_only), over every spec
+// (examples, tests/specs) at 1-8 ranks and two token counts: every cast of
+// the weight (a quantize whose source is w) is one, no GEMM is, none reads
+// the caller's x, dy or bias or anything a non-weight step makes; and every
+// FP8 copy of the weight a GEMM reads dequantizes with the scale its cast
+// quantized with (so the executor's kept scale pair serves both).
+TEST(ExecutorLogic, WeightOnlyStepsAreTheWeightsCastsAndNothingElse) {
+  int casts = 0, layers = 0;
+  std::vector<std::string> files;
+  for (const char* dir : {"examples", "tests/specs"})
+    for (const auto& entry : std::filesystem::directory_iterator(::fp8c::testing::source_path(dir)))
+      if (entry.path().extension() == ".fp8") files.push_back(entry.path().string());
+  for (const auto& file : files) {
+    const Spec spec = load_spec(file);
+    for (std::uint32_t ranks : {1u, 2u, 4u, 8u})
+      for (std::uint64_t tokens : {1024u, 4096u}) {
+        Plan plan;
+        try {
+          plan = plan_spec(spec, {ranks, tokens});
+        } catch (const PlanError&) {
+          continue;
+        }
+        for (const LayerPlan& lp : plan.layers) {
+          const std::string where =
+              file + " at " + std::to_string(ranks) + " ranks, layer " + lp.layer;
+          const LoweredLayer low = lower_layer(*spec.find_layer(lp.layer), lp, {});
+          std::set<int> weights = {lp.io.w}, others;
+          for (const auto& [steps, lowered] :
+               {std::pair{&lp.forward, &low.forward}, std::pair{&lp.backward, &low.backward}})
+            for (std::size_t i = 0; i < steps->size(); ++i) {
+              const Step& s = (*steps)[i];
+              const bool only = (*lowered)[i].weight_only;
+              const auto* q = s.as<QuantizeStep>();
+              if (q && q->src == lp.io.w) {
+                EXPECT_TRUE(only) << where << ": the cast of w is not weight-only";
+                ++casts;
+              }
+              if (s.kind() == StepKind::gemm) {
+                EXPECT_FALSE(only) << where << ": a GEMM";
+              }
+              for (int id : s.inputs()) {
+                if (!only) continue;
+                EXPECT_FALSE(id == lp.io.x || id == lp.io.dy || id == lp.io.b || others.count(id))
+                    << where << ": weight-only step " << i << " reads " << lp.tensor(id).name;
+              }
+              for (int id : s.outputs()) (only ? weights : others).insert(id);
+              if (q && only && q->scale != kNoTensor)
+                for (int out : {q->rowwise, q->columnwise})
+                  if (out != kNoTensor) {
+                    EXPECT_EQ(lp.tensor(out).scale, q->scale)
+                        << where << ": " << lp.tensor(out).name << " is read with another scale";
+                  }
+            }
+          ++layers;
+        }
+      }
+  }
+  EXPECT_GT(casts, 100);
+  EXPECT_GT(layers, 100);
 }
 
 }  // namespace
