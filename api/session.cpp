@@ -102,6 +102,7 @@ struct Session::Impl {
   // before a call is finished before the session's work starts, and after.
   runtime::Stream stream{true};
   runtime::Stream comm_stream;  // collectives, where a layout asks for overlap
+  runtime::Stream side_stream;  // work beside the GEMMs (codegen/lower/schedule.hpp)
   struct LayerRun {
     const Layer* layer = nullptr;
     const LayerPlan* plan = nullptr;
@@ -174,7 +175,7 @@ struct Session::Impl {
       run.exec = std::make_unique<GpuRankExecutor>(
           *run.layer, lp, *lowered.find(lp.layer),
           runtime::RankResources{*kernels, *comm, *gemm, stream.get(), comm_stream.get(),
-                                 generated_gemm.get()},
+                                 generated_gemm.get(), side_stream.get()},
           *run.state);
       run.exec->set_graphs(o.graphs);
       run.weight_cache = o.weight_cache || run.layer->weight_cache;

@@ -5,15 +5,15 @@
 #   bench/gpu.sh BUILD_DIR COMMIT
 # FP8C_PROFILE=1 adds an ncu profile of the main kernel; FP8C_NO_PEERS=1
 # skips the PyTorch peers (when device time is short).
-# FP8C_ONLY=quantize|layer|chain|block|gemm runs one benchmark; FP8C_SKIP_TESTS=1 skips the
+# FP8C_ONLY=quantize|layer|accumulate|chain|block|gemm runs one benchmark; FP8C_SKIP_TESTS=1 skips the
 # tests and the sanitizer, FP8C_SKIP_BENCH=1 the benchmarks. The tests take
 # about 5 minutes and the benchmarks with peers about as long: past the device
 # tool's 10 minutes a call, so run it as two calls (FP8C_SKIP_BENCH=1, then
 # FP8C_SKIP_TESTS=1).
 # Writes $OUT/gpu_run.tgz (or ./gpu-out/) holding tests.log, executor_tests.log,
 # host_example.log, quantize_fp8c.json, quantize_peers.json, quantize.json,
-# layer_fp8c.json, layer_peers.json, layer.json, chain.json, block_steps.json, gemm.json (the records for
-# bench/results/).
+# layer_fp8c.json, layer_peers.json, layer.json, accumulate.json, chain.json, block_steps.json,
+# gemm.json (the records for bench/results/), and repeats.log (50 repeats of the step-runtime tests).
 set -uo pipefail
 build=${1:-build}
 commit=${2:-unknown}
@@ -27,7 +27,7 @@ rm -rf "$out"
 mkdir -p "$out"
 pack() {
   tar -czf "$final/gpu_run.tgz" -C "$out" .
-  for record in layer.json quantize.json block_steps.json gemm.json chain.json; do
+  for record in layer.json quantize.json block_steps.json gemm.json chain.json accumulate.json; do
     [ -f "$out/$record" ] && cp "$out/$record" "$final/"
   done
   rm -rf "$out"
@@ -74,12 +74,25 @@ export FP8C_CACHE_DIR=${FP8C_CACHE_DIR:-$(mktemp -d)}
 # block-scaled with padded scale rows and with its fused FP8 output and amax), alongside the
 # test shards: correctness does not mind the shared GPU (under 4 minutes on the H200).
 sanitized='AllVariants/QuantizeGpu.MatchesTheCpuReference/*bf16*:AllVariants/BlockQuantizeGpu.MisalignedPointers/*:Shapes/TransposeGpu.*:Shapes/TransposeWordsGpu.*:Variants/BlockQuantizeDactGpu.*b1x128*dsilu*:Shapes/PermuteGpu.*:Variants/ScaleUpdateGpu.*:ScaleUpdateGuardGpu.*:AllVariants/EpilogueGpu.ScalarPathOnMisalignedPointers/*bf16*:AllVariants/DequantizeGpu.ElementWisePathsOnMisalignedPointers/*:RankReduce*Gpu*:GeneratedGemmGpu.BlockScaledPaddedScaleRows:GeneratedGemmGpu.Fp8OutputSaturatesAndReportsAmax'
+sanitized="$sanitized:GemmWorkspacePoolGpu.*"
+# ... and the step runtime's graphs and weight cache through the executor and Session (one
+# small layer each: the sanitizers run every kernel of the pass they capture and replay).
+sanitized_steps='PassGraphGpu.*:SessionGraphs.ATensorAtANewAddressIsCapturedAgain:SessionWeightCache.AWeightChangedUnderItsVersionIsCaughtByTheCheck'
 declare -A sanitizer_pid
 for tool in memcheck racecheck synccheck; do
-  timeout 330 compute-sanitizer --tool $tool --error-exitcode 3 "$build/tests/runtime/runtime_tests" \
-    --gtest_filter="$sanitized" > "$out/sanitizer_$tool.log" 2>&1 &
+  (timeout 330 compute-sanitizer --tool $tool --error-exitcode 3 "$build/tests/runtime/runtime_tests" \
+     --gtest_filter="$sanitized" > "$out/sanitizer_$tool.log" 2>&1 &&
+   timeout 200 compute-sanitizer --tool $tool --error-exitcode 3 "$build/tests/gpu/gpu_executor_tests" \
+     --gtest_filter="$sanitized_steps" >> "$out/sanitizer_$tool.log" 2>&1) &
   sanitizer_pid[$tool]=$!
 done
+# 50 repeats of the step runtime's tests and of the ones that once raced, beside the shards.
+(timeout 300 "$build/tests/gpu/gpu_executor_tests" --gtest_repeat=50 --gtest_brief=1 \
+   --gtest_filter='PassGraphGpu.*:SessionGraphs.*:SessionWeightCache.*:Session.Fp8Chain*:Session.ANan*' \
+   > "$out/repeats.log" 2>&1 &&
+ timeout 200 "$build/tests/runtime/runtime_tests" --gtest_repeat=50 --gtest_brief=1 \
+   --gtest_filter='GemmWorkspacePoolGpu.*:LocalDeviceGroupGpu.*:Shapes/PermuteGpu.*' >> "$out/repeats.log" 2>&1) &
+repeats_pid=$!
 run_sharded tests "$build/tests/runtime/runtime_tests" 4 330 & runtime_pid=$!
 run_sharded executor_tests "$build/tests/gpu/gpu_executor_tests" 12 ${FP8C_EXECUTOR_LIMIT:-450} & executor_pid=$!
 wait $runtime_pid || tests=1
@@ -97,6 +110,10 @@ for tool in memcheck racecheck synccheck; do
   echo "$tool: exit $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY' "$out/sanitizer_$tool.log" | tail -n 1)," \
        "$(grep -c '^\[       OK' "$out/sanitizer_$tool.log") tests ok"
 done
+wait "$repeats_pid" || tests=1
+echo "== 50 repeats of the step runtime's tests (graphs, weight cache, workspaces) and of the race-prone ones, beside the shards"
+echo "repeats: $(grep -c '^\[  PASSED' "$out/repeats.log") runs passed, $(grep -c '^\[  FAILED  \] [0-9]* test' "$out/repeats.log") failed"
+grep -E "Failure|FAILED" "$out/repeats.log" | sort | uniq -c | head -n 10
 echo "== the example host program"
 "$build/examples/host/gpt_mlp_step" examples/gpt_mlp.fp8 --tokens 2048 --steps 3 2>&1 | tee "$out/host_example.log"
 fi
@@ -118,6 +135,12 @@ if [ "${FP8C_ONLY:-quantize}" = layer ] || [ -z "${FP8C_ONLY:-}" ]; then
   fi
 fi
 [ "${FP8C_ONLY:-}" = layer ] && exit $tests
+
+if [ "${FP8C_ONLY:-quantize}" = accumulate ] || [ -z "${FP8C_ONLY:-}" ]; then
+  echo "== gradient accumulation: 4 micro-batches of gpt_mlp's fc1, the weight cast once and every time"
+  timeout 120 "$build/bench/accumulate_bench" --commit "$commit" --json "$out/accumulate.json"
+fi
+[ "${FP8C_ONLY:-}" = accumulate ] && exit $tests
 
 if [ "${FP8C_ONLY:-quantize}" = chain ] || [ -z "${FP8C_ONLY:-}" ]; then
   echo "== two-layer MLP steps through fp8c::Session: FP8 hand-over against bf16"

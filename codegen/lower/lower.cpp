@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "codegen/lower/lowered.hpp"
+#include "codegen/lower/schedule.hpp"
 #include "codegen/plan/overloaded.hpp"
 
 namespace fp8c {
@@ -26,6 +27,9 @@ class Lowering {
     lower_pass(plan_.forward, out_.forward);
     lower_pass(plan_.backward, out_.backward);
     lower_pass(plan_.update, out_.update);
+    out_.forward_order = schedule_pass(plan_.forward, out_.forward, options_.side_stream);
+    out_.backward_order = schedule_pass(plan_.backward, out_.backward, options_.side_stream);
+    schedule_pass(plan_.update, out_.update, false);
     mark_weight_only();
     check_nan_policy();
     return std::move(out_);

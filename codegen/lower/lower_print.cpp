@@ -33,15 +33,23 @@ std::string describe(const GemmCall& g) {
 
 void print_pass(std::ostringstream& o, const LayerPlan& lp, const char* name,
                 const std::vector<Step>& steps, const std::vector<LoweredStep>& lowered,
-                bool weight_cache) {
+                bool weight_cache, const std::vector<int>& order = {}) {
   if (steps.empty()) return;
   o << "  " << name << ":\n";
+  bool reordered = false;
+  for (std::size_t i = 0; i < order.size(); ++i)
+    reordered = reordered || order[i] != static_cast<int>(i);
+  if (reordered) {
+    o << "    issued in the order";
+    for (int i : order) o << " " << i;
+    o << " (every step after the steps it reads, writes or overwrites)\n";
+  }
   for (std::size_t i = 0; i < steps.size() && i < lowered.size(); ++i) {
     const std::vector<int> in = steps[i].inputs();
     o << "    " << i << ". " << to_string(steps[i].kind())
       << (in.empty() ? "" : " " + lp.tensor(in[0]).name)
       << (weight_cache && lowered[i].weight_only ? " (weight only: skipped while cached)" : "")
-      << "\n";
+      << (lowered[i].on_side_stream ? " [side stream]" : "") << "\n";
     for (const auto& action : lowered[i].actions)
       std::visit(Overloaded{
                      [&](const KernelLaunch& k) {
@@ -69,8 +77,8 @@ std::string print_lowered(const Plan& plan, const LoweredPlan& lowered) {
     o << "\nlayer " << l.layer << " (" << l.ranks << " rank" << (l.ranks == 1 ? "" : "s") << ")\n";
     for (const auto& n : l.notes) o << "  note: " << n << "\n";
     for (const auto& u : l.unsupported) o << "  unsupported: " << u << "\n";
-    print_pass(o, *lp, "forward", lp->forward, l.forward, l.weight_cache);
-    print_pass(o, *lp, "backward", lp->backward, l.backward, l.weight_cache);
+    print_pass(o, *lp, "forward", lp->forward, l.forward, l.weight_cache, l.forward_order);
+    print_pass(o, *lp, "backward", lp->backward, l.backward, l.weight_cache, l.backward_order);
     if (l.nan_verdict) {
       o << "  nan verdict (nan = error), before the update: amax of";
       for (const auto& w : l.nan_verdict->watched) o << " " << lp->tensor(w.source).name;

@@ -90,6 +90,11 @@ struct LoweredStep {
   // what the FP8 weight cache skips while the weight is unchanged
   // (SessionOptions::weight_cache, `weight_cache = true`).
   bool weight_only = false;
+  // The schedule (codegen/lower/schedule.hpp): the steps of the same pass
+  // (indices) it must follow, and whether it runs on the side stream,
+  // beside the GEMMs that do not need it.
+  std::vector<int> after;
+  bool on_side_stream = false;
 };
 
 // Scratch space a layer's steps share, in bytes (0: none).
@@ -125,6 +130,9 @@ struct LoweredLayer {
       false;  // the layer's `weight_cache =` (weight-only steps skipped when cached)
   // One entry per plan step, same order.
   std::vector<LoweredStep> forward, backward, update;
+  // The order the executor issues forward's and backward's steps in (a
+  // permutation of their indices that keeps every LoweredStep::after).
+  std::vector<int> forward_order, backward_order;
   StagingSizes staging;
   std::optional<NanVerdict> nan_verdict;
   // Every kernel the layer launches, each once, in order of first use.
@@ -160,6 +168,9 @@ struct LowerOptions {
   // (and `gemm = auto` keeps every GEMM on cuBLASLt).
   bool generated_gemm = true;
   std::string no_generated_gemm;
+  // A second compute stream for work beside the GEMMs (schedule.hpp); off
+  // with FP8C_SIDE_STREAM=0 on a GPU (runtime/gemm/gemm.hpp), to measure it.
+  bool side_stream = true;
 };
 
 // What a spec's target offers: cuBLASLt's block-scaled mode is Hopper's

@@ -400,6 +400,9 @@ LowerOptions cublaslt_lower_options() {
         "sm_" +
         std::to_string(sm);
   }
+  // The side stream (codegen/lower/schedule.hpp), off to measure what it gives.
+  if (const char* env = std::getenv("FP8C_SIDE_STREAM"); env && std::string(env) == "0")
+    o.side_stream = false;
   return o;
 }
 

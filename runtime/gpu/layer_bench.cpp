@@ -69,7 +69,7 @@ std::vector<LayerBenchResult> bench_layers(const Spec& spec, const Device& devic
   DeviceCommunicator* comm = o.comm ? o.comm : own.get();
   auto gemm = make_cublaslt_runner();
   auto generated = make_generated_gemm_runner(jit);
-  Stream stream, comm_stream;
+  Stream stream, comm_stream, side_stream;
   std::vector<LayerBenchResult> results;
   for (const auto& lp : plan.layers) {
     if (!o.layer.empty() && lp.layer != o.layer) continue;
@@ -81,7 +81,8 @@ std::vector<LayerBenchResult> bench_layers(const Spec& spec, const Device& devic
     KernelSet kernels(jit, lowered.kernels);
     DeviceLayerState state(layer, lp);
     GpuRankExecutor exec(layer, lp, lowered,
-                         {kernels, *comm, *gemm, stream.get(), comm_stream.get(), generated.get()},
+                         {kernels, *comm, *gemm, stream.get(), comm_stream.get(), generated.get(),
+                          side_stream.get()},
                          state);
     exec.prepare_gemms();  // as a Session does: no compile inside a timed step
     // Two sets of inputs, used in turn.
@@ -127,7 +128,8 @@ std::vector<LayerBenchResult> bench_layers(const Spec& spec, const Device& devic
         bind(i);
         (graphs ? steps : eager_steps).push_back(timed(whole_step));
       }
-    const bool graphed = o.graphs && exec.graph_counts().replayed > 0;
+    const auto counts = exec.graph_counts();
+    const bool graphed = o.graphs && counts.replayed > 0;
     exec.set_graphs(false);
     for (int i = 0; i < o.iterations; ++i) {
       bind(i);
@@ -205,6 +207,9 @@ std::vector<LayerBenchResult> bench_layers(const Spec& spec, const Device& devic
     r.step_ms = median(steps);
     r.eager_step_ms = median(eager_steps);
     r.graphed = graphed;
+    r.graph_eager = counts.eager;
+    r.graph_captured = counts.captured;
+    r.graph_replayed = counts.replayed;
     r.gemm_ms = median(gemms);
     r.flops = 6.0 * double(o.tokens) * double(layer.in) * double(layer.out);
     for (auto& s : order) {
@@ -230,8 +235,11 @@ std::string format_bench(const std::vector<LayerBenchResult>& results, bool brea
         static_cast<unsigned long long>(r.in), static_cast<unsigned long long>(r.out), r.step_ms,
         r.gemm_ms, r.ratio(), r.flops / (r.step_ms * 1e-3) / 1e12);
     out << line;
-    std::snprintf(line, sizeof line, "  %s; launched one by one %.3f ms (ratio %.3f)\n",
-                  r.graphed ? "passes as CUDA graphs" : "no pass as a CUDA graph", r.eager_step_ms,
+    std::snprintf(line, sizeof line,
+                  "  %s (passes: %d eager, %d captured, %d replayed); launched one by one %.3f ms "
+                  "(ratio %.3f)\n",
+                  r.graphed ? "passes as CUDA graphs" : "no pass as a CUDA graph", r.graph_eager,
+                  r.graph_captured, r.graph_replayed, r.eager_step_ms,
                   r.gemm_ms > 0 ? r.eager_step_ms / r.gemm_ms : 0.0);
     out << line;
     if (r.micro_batches > 1) {

@@ -39,9 +39,10 @@ struct LayerBenchOptions {
 struct LayerBenchResult {
   std::string layer;
   std::uint64_t tokens = 0, in = 0, out = 0;
-  double step_ms = 0;                 // median of whole steps (graphs where options.graphs)
-  double eager_step_ms = 0;           // median of whole steps launched one by one
-  bool graphed = false;               // step_ms's passes were graph launches
+  double step_ms = 0;        // median of whole steps (graphs where options.graphs)
+  double eager_step_ms = 0;  // median of whole steps launched one by one
+  bool graphed = false;      // step_ms's passes were graph launches
+  int graph_eager = 0, graph_captured = 0, graph_replayed = 0;  // the executor's counts
   double gemm_ms = 0;                 // median of the GEMMs alone (all of them, one step's worth)
   double flops = 0;                   // GEMM FLOPs of one step
   double compute_ms = 0;              // median of whole steps with the collectives left out

@@ -258,26 +258,26 @@ void GpuRankExecutor::zero(CUdeviceptr p, std::size_t bytes) {
 void GpuRankExecutor::forward() {
   check_nan_verdict();
   run_graph(forward_graph_, {&lowered_.forward},
-            [&] { run_pass("forward", plan_.forward, lowered_.forward); });
+            [&] { run_pass("forward", plan_.forward, lowered_.forward, lowered_.forward_order); });
 }
 void GpuRankExecutor::backward() {
   check_nan_verdict();
-  run_pass("backward", plan_.backward, lowered_.backward);
+  run_pass("backward", plan_.backward, lowered_.backward, lowered_.backward_order);
 }
 
 void GpuRankExecutor::update() {
   check_nan_verdict();
   enqueue_nan_verdict();
-  run_pass("update", plan_.update, lowered_.update);
+  run_pass("update", plan_.update, lowered_.update, {});
   verdict_enqueued();
 }
 
 void GpuRankExecutor::backward_and_update() {
   check_nan_verdict();
   run_graph(backward_graph_, {&lowered_.backward, &lowered_.update}, [&] {
-    run_pass("backward", plan_.backward, lowered_.backward);
+    run_pass("backward", plan_.backward, lowered_.backward, lowered_.backward_order);
     enqueue_nan_verdict();
-    run_pass("update", plan_.update, lowered_.update);
+    run_pass("update", plan_.update, lowered_.update, {});
   });
   verdict_enqueued();
 }
@@ -310,9 +310,9 @@ void GpuRankExecutor::run_graph(PassGraph& graph,
   // workspace of the stream it was captured on: WorkspacePool), every
   // tensor's address and every scale bound from elsewhere (the arena and the
   // state do not move).
-  std::vector<std::uint64_t> key = {reinterpret_cast<std::uint64_t>(r_.stream),
-                                    reinterpret_cast<std::uint64_t>(r_.comm_stream),
-                                    weight_cached_ ? 1u : 0u};
+  std::vector<std::uint64_t> key = {
+      reinterpret_cast<std::uint64_t>(r_.stream), reinterpret_cast<std::uint64_t>(r_.comm_stream),
+      reinterpret_cast<std::uint64_t>(r_.side_stream), weight_cached_ ? 1u : 0u};
   key.insert(key.end(), addresses_.begin(), addresses_.end());
   for (const ScalePair& p : bound_scales_) {
     key.push_back(p.scale);
@@ -347,8 +347,8 @@ std::string GpuRankExecutor::graph_disabled(std::string_view pass) const {
 }
 
 void GpuRankExecutor::run_gemms_only() {
-  run_pass("forward", plan_.forward, lowered_.forward, true);
-  run_pass("backward", plan_.backward, lowered_.backward, true);
+  run_pass("forward", plan_.forward, lowered_.forward, lowered_.forward_order, true);
+  run_pass("backward", plan_.backward, lowered_.backward, lowered_.backward_order, true);
 }
 
 void GpuRankExecutor::prepare_gemms() {
@@ -421,36 +421,55 @@ void GpuRankExecutor::check_nan_verdict() {
 }
 
 void GpuRankExecutor::run_pass(const char* pass, const std::vector<Step>& steps,
-                               const std::vector<LoweredStep>& lowered, bool gemms_only) {
+                               const std::vector<LoweredStep>& lowered,
+                               const std::vector<int>& order, bool gemms_only) {
   const CUstream main = r_.stream;
-  bool split = false;
-  if (r_.comm_stream)
-    for (const auto& l : lowered)
-      if (const auto* c = find_action<CollectiveCall>(l); c && c->on_comm_stream) split = true;
+  // Each step's stream: the lowering's, where this executor was given it.
+  const auto stream_of = [&](const LoweredStep& l) {
+    if (const auto* c = find_action<CollectiveCall>(l); c && c->on_comm_stream && r_.comm_stream)
+      return r_.comm_stream;
+    if (l.on_side_stream && r_.side_stream) return r_.side_stream;
+    return main;
+  };
+  std::vector<CUstream> others;  // the streams besides main this pass uses
+  for (const auto& l : lowered)
+    if (const CUstream st = stream_of(l);
+        st != main && std::find(others.begin(), others.end(), st) == others.end())
+      others.push_back(st);
+  const bool split = !others.empty();
   const DriverApi& cu = driver();
   if (split) {
-    // The pass's collectives start after everything before the pass.
+    // The other streams start after everything before the pass.
     if (!fork_) fork_ = std::make_unique<Event>(), join_ = std::make_unique<Event>();
     fork_->record(main);
-    FP8C_CU(cu.cuStreamWaitEvent(r_.comm_stream, fork_->get(), 0));
+    for (const CUstream st : others) FP8C_CU(cu.cuStreamWaitEvent(st, fork_->get(), 0));
     while (step_events_.size() < steps.size()) step_events_.push_back(std::make_unique<Event>());
-    producer_.assign(plan_.tensors.size(), -1);
-    produced_on_comm_.assign(plan_.tensors.size(), false);
   }
-  for (std::size_t i = 0; i < steps.size(); ++i) {
+  // Everything the pass enqueued on the other streams is done before what
+  // comes after it on main (the next pass, the caller; buffers freed after
+  // an error).
+  const auto join = [&] {
+    for (const CUstream st : others) {
+      join_->record(st);
+      cu.cuStreamWaitEvent(main, join_->get(), 0);
+    }
+  };
+  std::vector<bool> ran(steps.size(), false);
+  std::vector<CUstream> ran_on(steps.size(), main);
+  for (std::size_t n = 0; n < steps.size(); ++n) {
+    const std::size_t i = order.empty() ? n : static_cast<std::size_t>(order[n]);
     const Step& s = steps[i];
     if (gemms_only && s.kind() != StepKind::gemm) continue;
     if (skip_collectives_ && s.is_collective()) continue;
     if (weight_cached_ && lowered[i].weight_only) continue;
-    const CollectiveCall* call = find_action<CollectiveCall>(lowered[i]);
-    const bool on_comm = split && call && call->on_comm_stream;
-    r_.stream = on_comm ? r_.comm_stream : main;
+    r_.stream = stream_of(lowered[i]);
+    // Wait for the steps it follows (LoweredStep::after) that ran on
+    // another stream in this pass; those on its own are ordered already.
     if (split)
-      for (int id : s.inputs()) {
-        const int from = producer_[static_cast<std::size_t>(id)];
-        if (from >= 0 && produced_on_comm_[static_cast<std::size_t>(id)] != on_comm)
-          FP8C_CU(cu.cuStreamWaitEvent(r_.stream,
-                                       step_events_[static_cast<std::size_t>(from)]->get(), 0));
+      for (int j : lowered[i].after) {
+        const auto k = static_cast<std::size_t>(j);
+        if (ran[k] && ran_on[k] != r_.stream)
+          FP8C_CU(cu.cuStreamWaitEvent(r_.stream, step_events_[k]->get(), 0));
       }
     if (profiler_) {
       // Appended piece by piece: GCC 12 warns (-Wrestrict, falsely) on
@@ -468,31 +487,17 @@ void GpuRankExecutor::run_pass(const char* pass, const std::vector<Step>& steps,
       execute(s, lowered[i]);
     } catch (...) {
       r_.stream = main;
-      if (split) {
-        // Whatever the pass already enqueued on the comm stream finishes
-        // before anything after it on the main stream (and before buffers go).
-        join_->record(r_.comm_stream);
-        cu.cuStreamWaitEvent(main, join_->get(), 0);
-      }
+      if (split) join();
       throw;
     }
     if (profiler_) profiler_->end(r_.stream);
-    if (split) {
-      step_events_[i]->record(r_.stream);
-      for (int id : s.outputs()) {
-        producer_[static_cast<std::size_t>(id)] = static_cast<int>(i);
-        produced_on_comm_[static_cast<std::size_t>(id)] = on_comm;
-      }
-    }
+    if (split) step_events_[i]->record(r_.stream);
+    ran[i] = true;
+    ran_on[i] = r_.stream;
     r_.stream = main;
     for (int id : s.outputs()) written_[static_cast<std::size_t>(id)] = true;
   }
-  if (split) {
-    // Everything after the pass (the next pass, the caller) sees its
-    // collectives done.
-    join_->record(r_.comm_stream);
-    FP8C_CU(cu.cuStreamWaitEvent(main, join_->get(), 0));
-  }
+  if (split) join();
 }
 
 void GpuRankExecutor::execute(const Step& step, const LoweredStep& l) {

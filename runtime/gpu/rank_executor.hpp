@@ -46,12 +46,17 @@ struct RankResources {
   // communication stream (overlap = bulk, ring): each waits only for the
   // steps that produce its inputs, and each step that reads a collective's
   // output waits for that collective, so the all-gather of one input runs
-  // beside the cast of another. Null: every step on `stream`, in plan order.
+  // beside the cast of another. Null: every step on `stream`.
   CUstream comm_stream = nullptr;
   // The generated GEMM, for the GEMM calls the lowering puts on it (layers
   // with `gemm = generated`); null where the GPU cannot run it, and then
   // such a call is an ExecutorError.
   GemmRunner* generated = nullptr;
+  // Where the steps the lowering puts on the side stream run (work beside
+  // the GEMMs: codegen/lower/schedule.hpp), each waiting for the steps it
+  // follows, and each step after it waiting for it. Null: on `stream`, in
+  // the lowering's issue order.
+  CUstream side_stream = nullptr;
 };
 
 // A layer's lowering with `options` (on a GPU: cublaslt_lower_options(), what
@@ -156,8 +161,11 @@ class GpuRankExecutor {
 
  private:
   using Slot = ScalePair;
+  // Enqueues a pass's steps in `order` (the lowering's issue order; empty:
+  // plan order), each on its stream, waiting for the steps it follows.
   void run_pass(const char* pass, const std::vector<Step>& steps,
-                const std::vector<LoweredStep>& lowered, bool gemms_only = false);
+                const std::vector<LoweredStep>& lowered, const std::vector<int>& order,
+                bool gemms_only = false);
   void execute(const Step& s, const LoweredStep& l);
   void quantize(const QuantizeStep& s, const LoweredStep& l);
   void amax(const AmaxStep& s, const LoweredStep& l);
@@ -208,12 +216,10 @@ class GpuRankExecutor {
   StepProfiler* profiler_ = nullptr;
   bool skip_collectives_ = false;
   bool preparing_ = false;  // prepare_gemms(): build each call's args, launch nothing
-  // Overlap: one event per step of a pass, and which step (and stream) last
-  // wrote each tensor in this pass.
+  // Overlap: one event per step of a pass (recorded where the pass uses
+  // more than one stream), and the fork and join of the pass's streams.
   std::vector<std::unique_ptr<Event>> step_events_;
   std::unique_ptr<Event> fork_, join_;
-  std::vector<int> producer_;  // step index, -1: before this pass
-  std::vector<bool> produced_on_comm_;
   bool weight_cached_ = false;
   DeviceBuffer weight_scales_;           // the weight cache's scale pairs, 32 bytes each
   std::vector<ScalePair> weight_scale_;  // per scale tensor: its pair there (zero: none)

@@ -21,7 +21,7 @@ std::vector<cpu::RankStepResult> run_rank_on_gpu(const KernelSet& kernels, Devic
                                                  const GpuRunOptions& options,
                                                  const cpu::LayerState& initial) {
   const int r = comm.rank();
-  Stream stream, comm_stream;
+  Stream stream, comm_stream, side_stream;
   std::unique_ptr<GemmRunner> gemm = make_cublaslt_runner();
   std::unique_ptr<GeneratedGemmRunner> generated = make_generated_gemm_runner(kernels.jit());
   DeviceLayerState state(layer, plan);
@@ -29,9 +29,10 @@ std::vector<cpu::RankStepResult> run_rank_on_gpu(const KernelSet& kernels, Devic
   std::vector<cpu::RankStepResult> results;
   // One executor for every step, as a Session keeps one per layer.
   const LoweredLayer lowered = lower_for_gpu(layer, plan, cublaslt_lower_options());
-  GpuRankExecutor exec(layer, plan, lowered,
-                       {kernels, comm, *gemm, stream.get(), comm_stream.get(), generated.get()},
-                       state);
+  GpuRankExecutor exec(
+      layer, plan, lowered,
+      {kernels, comm, *gemm, stream.get(), comm_stream.get(), generated.get(), side_stream.get()},
+      state);
   // As a Session starts: the generated GEMM's configurations compiled up
   // front. A step that needs one more is a configuration prepare_gemms()
   // missed, which would stall a Session's step on a compile: an error here,
