@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "collectives/collective_error.hpp"
-#include "runtime/comm/device_call_check.hpp"
+#include "collectives/device/device_call_check.hpp"
 
 namespace fp8c::runtime {
 namespace {

@@ -1,13 +1,13 @@
-#include "runtime/comm/local_device_group.hpp"
+#include "collectives/device/local_device_group.hpp"
 
 #include <stdexcept>
 #include <string>
 #include <utility>
 
+#include "collectives/device/comm_health.hpp"
+#include "collectives/device/device_call_check.hpp"
+#include "collectives/device/rank_kernels.hpp"
 #include "collectives/in_process_rendezvous.hpp"
-#include "runtime/comm/comm_health.hpp"
-#include "runtime/comm/device_call_check.hpp"
-#include "runtime/comm/rank_kernels.hpp"
 #include "runtime/dynamic_library.hpp"
 
 namespace fp8c::runtime {

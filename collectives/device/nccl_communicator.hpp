@@ -23,10 +23,10 @@
 #include <memory>
 #include <mutex>
 
-#include "runtime/comm/comm_health.hpp"
-#include "runtime/comm/device_call_check.hpp"
-#include "runtime/comm/device_communicator.hpp"
-#include "runtime/comm/nccl_bootstrap.hpp"
+#include "collectives/device/comm_health.hpp"
+#include "collectives/device/device_call_check.hpp"
+#include "collectives/device/device_communicator.hpp"
+#include "collectives/device/nccl_bootstrap.hpp"
 #include "runtime/device.hpp"
 
 struct ncclComm;  // nccl.h's opaque communicator; nccl.h stays out of this header

@@ -38,7 +38,7 @@
 #include <mutex>
 #include <vector>
 
-#include "runtime/comm/device_communicator.hpp"
+#include "collectives/device/device_communicator.hpp"
 #include "runtime/jit.hpp"
 
 namespace fp8c::runtime {

@@ -1,12 +1,12 @@
-#include "runtime/comm/nccl_communicator.hpp"
+#include "collectives/device/nccl_communicator.hpp"
 
 #include <cstring>
 #include <stdexcept>
 #include <thread>
 
-#include "runtime/comm/nccl_library.hpp"
-#include "runtime/comm/nccl_watchdog.hpp"
-#include "runtime/comm/unique_id_exchange.hpp"
+#include "collectives/device/nccl_library.hpp"
+#include "collectives/device/nccl_watchdog.hpp"
+#include "collectives/device/unique_id_exchange.hpp"
 
 namespace fp8c::runtime {
 

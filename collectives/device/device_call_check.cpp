@@ -1,4 +1,4 @@
-#include "runtime/comm/device_call_check.hpp"
+#include "collectives/device/device_call_check.hpp"
 
 #include <limits>
 #include <string>
