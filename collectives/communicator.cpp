@@ -53,18 +53,6 @@ std::chrono::steady_clock::time_point Communicator::deadline_from_now() const {
   return std::chrono::steady_clock::now() + timeout_;
 }
 
-CollectiveCall Communicator::next_call(CollectiveKind kind, std::size_t count, ElemType dtype,
-                                       ReduceOp op, int root) {
-  CollectiveCall call;
-  call.kind = kind;
-  call.count = count;
-  call.dtype = dtype;
-  call.op = op;
-  call.root = root;
-  call.sequence = next_sequence_++;
-  return call;
-}
-
 void Communicator::poison(const std::string& reason) noexcept {
   if (poisoned_) return;
   poisoned_ = true;
@@ -156,7 +144,7 @@ class ArgumentCheck {
 void Communicator::all_gather(const void* send, void* recv, std::size_t send_count,
                               ElemType dtype) {
   const CollectiveCall call =
-      next_call(CollectiveKind::kAllGather, send_count, dtype, ReduceOp::kSum, 0);
+      sequence_.next(CollectiveKind::kAllGather, send_count, dtype, ReduceOp::kSum, 0);
   guarded(call, [&] {
     const ArgumentCheck check(*this, call);
     const std::size_t bytes = check.block_bytes();
@@ -171,7 +159,8 @@ void Communicator::all_gather(const void* send, void* recv, std::size_t send_cou
 
 void Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count,
                                   ElemType dtype, ReduceOp op) {
-  const CollectiveCall call = next_call(CollectiveKind::kReduceScatter, recv_count, dtype, op, 0);
+  const CollectiveCall call =
+      sequence_.next(CollectiveKind::kReduceScatter, recv_count, dtype, op, 0);
   guarded(call, [&] {
     const ArgumentCheck check(*this, call);
     const std::size_t bytes = check.block_bytes();
@@ -187,7 +176,7 @@ void Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv
 
 void Communicator::all_reduce(const void* send, void* recv, std::size_t count, ElemType dtype,
                               ReduceOp op) {
-  const CollectiveCall call = next_call(CollectiveKind::kAllReduce, count, dtype, op, 0);
+  const CollectiveCall call = sequence_.next(CollectiveKind::kAllReduce, count, dtype, op, 0);
   guarded(call, [&] {
     const ArgumentCheck check(*this, call);
     const std::size_t bytes = check.block_bytes();
@@ -203,7 +192,7 @@ void Communicator::all_reduce(const void* send, void* recv, std::size_t count, E
 void Communicator::broadcast(const void* send, void* recv, std::size_t count, ElemType dtype,
                              int root) {
   const CollectiveCall call =
-      next_call(CollectiveKind::kBroadcast, count, dtype, ReduceOp::kSum, root);
+      sequence_.next(CollectiveKind::kBroadcast, count, dtype, ReduceOp::kSum, root);
   guarded(call, [&] {
     const ArgumentCheck check(*this, call);
     const std::size_t bytes = check.block_bytes();
@@ -223,7 +212,7 @@ void Communicator::broadcast(const void* send, void* recv, std::size_t count, El
 
 void Communicator::barrier() {
   const CollectiveCall call =
-      next_call(CollectiveKind::kBarrier, 0, ElemType::u8, ReduceOp::kSum, 0);
+      sequence_.next(CollectiveKind::kBarrier, 0, ElemType::u8, ReduceOp::kSum, 0);
   guarded(call, [&] { run_barrier(call); });
 }
 

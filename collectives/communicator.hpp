@@ -25,6 +25,7 @@
 #include <string>
 #include <string_view>
 
+#include "collectives/call_sequence.hpp"
 #include "collectives/collective_call.hpp"
 #include "collectives/collective_error.hpp"
 #include "collectives/dtype.hpp"
@@ -100,8 +101,6 @@ class Communicator {
   std::chrono::steady_clock::time_point deadline_from_now() const;
 
  private:
-  CollectiveCall next_call(CollectiveKind kind, std::size_t count, ElemType dtype, ReduceOp op,
-                           int root);
   // Runs `body` unless poisoned; poisons on any exception and rethrows it as
   // a CollectiveError.
   void guarded(const CollectiveCall& call, const std::function<void()>& body);
@@ -110,7 +109,7 @@ class Communicator {
   int rank_;
   int size_;
   std::chrono::milliseconds timeout_;
-  std::uint64_t next_sequence_ = 0;
+  CallSequence sequence_;
   bool poisoned_ = false;
   std::string poison_reason_;
 };

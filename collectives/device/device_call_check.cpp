@@ -1,5 +1,6 @@
 #include "collectives/device/device_call_check.hpp"
 
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <utility>
@@ -13,18 +14,6 @@ using collectives::CollectiveError;
 using collectives::CollectiveKind;
 using collectives::FailureKind;
 using collectives::ReduceOp;
-
-CollectiveCall CallSequence::next(CollectiveKind kind, std::size_t count, ElemType dtype,
-                                  ReduceOp op, int root) {
-  CollectiveCall call;
-  call.kind = kind;
-  call.count = count;
-  call.dtype = dtype;
-  call.op = op;
-  call.root = root;
-  call.sequence = next_++;
-  return call;
-}
 
 namespace {
 

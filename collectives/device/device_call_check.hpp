@@ -4,24 +4,10 @@
 // itself, since its peers are about to run a collective this rank skips.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
-
 #include "collectives/collective_call.hpp"
 #include "runtime/cuda_driver.hpp"
 
 namespace fp8c::runtime {
-
-// Numbers the collectives of one communicator (the sequence every rank must
-// agree on) and records what each call asked for.
-class CallSequence {
- public:
-  collectives::CollectiveCall next(collectives::CollectiveKind kind, std::size_t count,
-                                   ElemType dtype, collectives::ReduceOp op, int root);
-
- private:
-  std::uint64_t next_ = 0;
-};
 
 // Valid dtype and op, no FP8 reduction, root in range, non-null buffers
 // where count > 0 (broadcast's send only on the root), sizes that do not

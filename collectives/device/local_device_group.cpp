@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "collectives/call_sequence.hpp"
 #include "collectives/device/comm_health.hpp"
 #include "collectives/device/device_call_check.hpp"
 #include "collectives/device/rank_kernels.hpp"
@@ -204,7 +205,7 @@ class LocalDeviceCommunicator final : public DeviceCommunicator {
 
   std::shared_ptr<LocalGroupState> state_;
   CommHealth health_;
-  CallSequence sequence_;
+  collectives::CallSequence sequence_;
 };
 
 }  // namespace

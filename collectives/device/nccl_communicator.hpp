@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 
+#include "collectives/call_sequence.hpp"
 #include "collectives/device/comm_health.hpp"
 #include "collectives/device/device_call_check.hpp"
 #include "collectives/device/device_communicator.hpp"
@@ -78,7 +79,7 @@ class NcclCommunicator final : public DeviceCommunicator {
   const NcclApi& api_;
   Device device_;
   CommHealth health_;
-  CallSequence sequence_;
+  collectives::CallSequence sequence_;
   std::mutex comm_mutex_;  // every NCCL call on comm_, and its abort
   ncclComm* comm_ = nullptr;
   std::unique_ptr<CollectiveWatchdog> watchdog_;

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "collectives/call_sequence.hpp"
 #include "collectives/collective_error.hpp"
 #include "collectives/device/device_call_check.hpp"
 
@@ -20,7 +21,7 @@ constexpr CUdeviceptr kBase = 0x7f0000000000ull;
 collectives::CollectiveCall call(CollectiveKind kind, std::size_t count,
                                  ElemType dtype = ElemType::fp32, ReduceOp op = ReduceOp::kSum,
                                  int root = 0) {
-  CallSequence sequence;
+  collectives::CallSequence sequence;
   return sequence.next(kind, count, dtype, op, root);
 }
 
@@ -37,7 +38,7 @@ std::string refusal(Check check) {
 }
 
 TEST(LocalAndNcclArgumentChecks, SequenceNumbersEachCall) {
-  CallSequence sequence;
+  collectives::CallSequence sequence;
   EXPECT_EQ(sequence.next(CollectiveKind::kAllGather, 1, ElemType::u8, ReduceOp::kSum, 0).sequence,
             0u);
   const auto second =
