@@ -80,9 +80,10 @@ class Communicator {
  protected:
   Communicator(int rank, int size, std::chrono::milliseconds timeout);
 
-  // Backends receive validated arguments: dtype and op in range, pointers
-  // non-null where count > 0, no overlap other than NCCL's in-place forms,
-  // no FP8 reduction, root in range. `call` names the collective for errors
+  // Backends receive validated arguments (call_check.hpp, shared with the
+  // device communicators): dtype and op in range, pointers non-null where
+  // count > 0, no overlap other than NCCL's in-place forms, no FP8
+  // reduction, root in range. `call` names the collective for errors
   // and carries what ranks must agree on.
   virtual void run_all_gather(const CollectiveCall& call, const void* send, void* recv) = 0;
   virtual void run_reduce_scatter(const CollectiveCall& call, const void* send, void* recv) = 0;

@@ -4,9 +4,9 @@
 #include <string>
 #include <utility>
 
+#include "collectives/call_check.hpp"
 #include "collectives/call_sequence.hpp"
 #include "collectives/device/comm_health.hpp"
-#include "collectives/device/device_call_check.hpp"
 #include "collectives/device/rank_kernels.hpp"
 #include "collectives/in_process_rendezvous.hpp"
 #include "runtime/dynamic_library.hpp"
@@ -154,8 +154,8 @@ class LocalDeviceCommunicator final : public DeviceCommunicator {
     const std::string operation = collectives::describe(call);
     health_.throw_if_poisoned(operation);
     try {
-      check_device_call(call, rank(), size(), send, recv);
-      check_element_alignment(call, rank(), size(), send, recv);
+      collectives::check_call_arguments(call, rank(), size(), send, recv);
+      collectives::check_element_alignment(call, rank(), size(), send, recv);
       make_context_current();
       FP8C_CU(driver().cuStreamSynchronize(stream));
       state_->slots[static_cast<std::size_t>(rank())] = {send, recv};

@@ -25,7 +25,6 @@
 
 #include "collectives/call_sequence.hpp"
 #include "collectives/device/comm_health.hpp"
-#include "collectives/device/device_call_check.hpp"
 #include "collectives/device/device_communicator.hpp"
 #include "collectives/device/nccl_bootstrap.hpp"
 #include "runtime/device.hpp"
