@@ -211,7 +211,7 @@ class LocalDeviceCommunicator final : public DeviceCommunicator {
 }  // namespace
 
 LocalDeviceGroup::LocalDeviceGroup(int size, std::chrono::milliseconds timeout, const Jit& jit)
-    : size_(size), timeout_(timeout) {
+    : size_(size), timeout_(timeout), claims_("LocalDeviceGroup", size) {
   if (size < 1 || size > kRankMaxRanks) {
     throw std::invalid_argument("LocalDeviceGroup: size " + std::to_string(size) +
                                 " is outside 1.." + std::to_string(kRankMaxRanks));
@@ -219,24 +219,12 @@ LocalDeviceGroup::LocalDeviceGroup(int size, std::chrono::milliseconds timeout, 
   if (timeout.count() <= 0)
     throw std::invalid_argument("LocalDeviceGroup: timeout must be positive");
   state_ = std::make_shared<LocalGroupState>(size, jit);
-  claimed_.assign(static_cast<std::size_t>(size), false);
 }
 
 LocalDeviceGroup::~LocalDeviceGroup() = default;
 
 std::unique_ptr<DeviceCommunicator> LocalDeviceGroup::communicator(int rank) {
-  if (rank < 0 || rank >= size_) {
-    throw std::invalid_argument("LocalDeviceGroup: rank " + std::to_string(rank) +
-                                " is out of range for a group of " + std::to_string(size_));
-  }
-  {
-    const std::lock_guard lock(claimed_mutex_);
-    if (claimed_[static_cast<std::size_t>(rank)]) {
-      throw std::invalid_argument("LocalDeviceGroup: rank " + std::to_string(rank) +
-                                  " already has a communicator");
-    }
-    claimed_[static_cast<std::size_t>(rank)] = true;
-  }
+  claims_.claim(rank);
   return std::make_unique<LocalDeviceCommunicator>(rank, size_, timeout_, state_);
 }
 
