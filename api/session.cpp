@@ -1,7 +1,7 @@
 // fp8c::Session: the host API over the GPU executor (runtime/gpu). One rank
 // (the spec planned with tensor_parallel = 1, a one-rank group for the
 // collectives a plan may still name), or one rank of a launched job over
-// NCCL (runtime/comm).
+// NCCL (collectives/device).
 #include "fp8c/session.hpp"
 
 #include <fcntl.h>
@@ -15,9 +15,9 @@
 
 #include "api/session_plan.hpp"
 #include "codegen/plan/planner.hpp"
-#include "runtime/comm/local_device_group.hpp"
-#include "runtime/comm/nccl_bootstrap.hpp"
-#include "runtime/comm/nccl_communicator.hpp"
+#include "collectives/device/local_device_group.hpp"
+#include "collectives/device/nccl_bootstrap.hpp"
+#include "collectives/device/nccl_communicator.hpp"
 #include "runtime/cubin_cache.hpp"
 #include "runtime/device.hpp"
 #include "runtime/gemm/gemm.hpp"

@@ -14,9 +14,9 @@
 #include <regex>
 #include <sstream>
 
+#include "collectives/device/nccl_bootstrap.hpp"
+#include "collectives/device/nccl_communicator.hpp"
 #include "fp8c/dsl.hpp"
-#include "runtime/comm/nccl_bootstrap.hpp"
-#include "runtime/comm/nccl_communicator.hpp"
 #include "runtime/gpu/layer_bench.hpp"
 
 using namespace fp8c;

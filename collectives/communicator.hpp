@@ -25,6 +25,7 @@
 #include <string>
 #include <string_view>
 
+#include "collectives/call_sequence.hpp"
 #include "collectives/collective_call.hpp"
 #include "collectives/collective_error.hpp"
 #include "collectives/dtype.hpp"
@@ -79,9 +80,10 @@ class Communicator {
  protected:
   Communicator(int rank, int size, std::chrono::milliseconds timeout);
 
-  // Backends receive validated arguments: dtype and op in range, pointers
-  // non-null where count > 0, no overlap other than NCCL's in-place forms,
-  // no FP8 reduction, root in range. `call` names the collective for errors
+  // Backends receive validated arguments (call_check.hpp, shared with the
+  // device communicators): dtype and op in range, pointers non-null where
+  // count > 0, no overlap other than NCCL's in-place forms, no FP8
+  // reduction, root in range. `call` names the collective for errors
   // and carries what ranks must agree on.
   virtual void run_all_gather(const CollectiveCall& call, const void* send, void* recv) = 0;
   virtual void run_reduce_scatter(const CollectiveCall& call, const void* send, void* recv) = 0;
@@ -100,8 +102,6 @@ class Communicator {
   std::chrono::steady_clock::time_point deadline_from_now() const;
 
  private:
-  CollectiveCall next_call(CollectiveKind kind, std::size_t count, ElemType dtype, ReduceOp op,
-                           int root);
   // Runs `body` unless poisoned; poisons on any exception and rethrows it as
   // a CollectiveError.
   void guarded(const CollectiveCall& call, const std::function<void()>& body);
@@ -110,7 +110,7 @@ class Communicator {
   int rank_;
   int size_;
   std::chrono::milliseconds timeout_;
-  std::uint64_t next_sequence_ = 0;
+  CallSequence sequence_;
   bool poisoned_ = false;
   std::string poison_reason_;
 };

@@ -4,7 +4,7 @@
 // depends on nothing). Otherwise collectives/ is kept free of the rest of
 // fp8c on purpose: it sits below runtime/ and must not see the DSL or
 // codegen. A device backend translates ElemType and ReduceOp to
-// ncclDataType_t / ncclRedOp_t with a switch (runtime/comm/nccl_library).
+// ncclDataType_t / ncclRedOp_t with a switch (collectives/device/nccl_library).
 #pragma once
 
 #include <cstdint>

@@ -96,28 +96,16 @@ class InProcessCommunicator final : public Communicator {
 }  // namespace
 
 InProcessGroup::InProcessGroup(int size, std::chrono::milliseconds timeout)
-    : size_(size), timeout_(timeout) {
+    : size_(size), timeout_(timeout), claims_("InProcessGroup", size) {
   if (size < 1) throw std::invalid_argument("InProcessGroup: a group needs at least one rank");
   if (timeout.count() <= 0) throw std::invalid_argument("InProcessGroup: timeout must be positive");
   rendezvous_ = std::make_shared<InProcessRendezvous>(size);
-  claimed_.assign(static_cast<std::size_t>(size), false);
 }
 
 InProcessGroup::~InProcessGroup() = default;
 
 std::unique_ptr<Communicator> InProcessGroup::communicator(int rank) {
-  if (rank < 0 || rank >= size_) {
-    throw std::invalid_argument("InProcessGroup: rank " + std::to_string(rank) +
-                                " is out of range for a group of " + std::to_string(size_));
-  }
-  {
-    const std::lock_guard lock(claimed_mutex_);
-    if (claimed_[static_cast<std::size_t>(rank)]) {
-      throw std::invalid_argument("InProcessGroup: rank " + std::to_string(rank) +
-                                  " already has a communicator");
-    }
-    claimed_[static_cast<std::size_t>(rank)] = true;
-  }
+  claims_.claim(rank);
   return std::make_unique<InProcessCommunicator>(rank, size_, timeout_, rendezvous_);
 }
 

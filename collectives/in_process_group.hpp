@@ -10,10 +10,9 @@
 
 #include <chrono>
 #include <memory>
-#include <mutex>
-#include <vector>
 
 #include "collectives/communicator.hpp"
+#include "collectives/rank_claims.hpp"
 
 namespace fp8c::collectives {
 
@@ -38,8 +37,7 @@ class InProcessGroup {
   int size_;
   std::chrono::milliseconds timeout_;
   std::shared_ptr<InProcessRendezvous> rendezvous_;
-  std::mutex claimed_mutex_;
-  std::vector<bool> claimed_;
+  RankClaims claims_;
 };
 
 }  // namespace fp8c::collectives

@@ -1,5 +1,5 @@
 // Batched device copies for the single-GPU multi-rank communicator
-// (runtime/comm/local_device_group): one launch moves every block of an
+// (collectives/device/local_device_group): one launch moves every block of an
 // all_gather (ranks x ranks blocks) or a broadcast (ranks blocks) instead of
 // one copy call per block.
 #pragma once

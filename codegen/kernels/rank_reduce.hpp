@@ -1,5 +1,5 @@
 // Rank reduction: the device half of a reduce_scatter or all_reduce when all
-// ranks' buffers live on one GPU (runtime/comm/local_device_group). Output j
+// ranks' buffers live on one GPU (collectives/device/local_device_group). Output j
 // is, element by element, in[0] op in[1] op ... op in[ranks-1] in rank order,
 // with exactly collectives/reduce.hpp's arithmetic, so a single-GPU
 // multi-rank run equals the CPU collectives bit for bit:

@@ -6,7 +6,7 @@
 #include <optional>
 
 #include "codegen/plan/planner.hpp"
-#include "runtime/comm/device_communicator.hpp"
+#include "collectives/device/device_communicator.hpp"
 #include "runtime/cpu/reference.hpp"
 #include "runtime/cpu/verify_bounds.hpp"
 #include "runtime/gpu/kernel_set.hpp"

@@ -8,7 +8,7 @@
 
 #include "codegen/numerics/half.hpp"
 #include "codegen/plan/planner.hpp"
-#include "runtime/comm/local_device_group.hpp"
+#include "collectives/device/local_device_group.hpp"
 #include "runtime/gemm/gemm.hpp"
 #include "runtime/gemm/generated_gemm.hpp"
 #include "runtime/gpu/kernel_set.hpp"

@@ -23,7 +23,7 @@
 
 #include "codegen/lower/lowered.hpp"
 #include "codegen/plan/plan.hpp"
-#include "runtime/comm/device_communicator.hpp"
+#include "collectives/device/device_communicator.hpp"
 #include "runtime/cpu/executor.hpp"
 #include "runtime/cpu/tensor_store.hpp"
 #include "runtime/device.hpp"

@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "codegen/plan/plan_check.hpp"
-#include "runtime/comm/local_device_group.hpp"
+#include "collectives/device/local_device_group.hpp"
 #include "runtime/cpu/tensor_store.hpp"
 #include "runtime/gemm/gemm.hpp"
 #include "runtime/gemm/generated_gemm.hpp"

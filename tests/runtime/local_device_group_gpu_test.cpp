@@ -15,10 +15,10 @@
 #include <thread>
 
 #include "collectives/collective_call.hpp"
+#include "collectives/device/local_device_group.hpp"
 #include "collectives/in_process_group.hpp"
 #include "collectives/narrow_float.hpp"
 #include "collectives/rank_threads.hpp"
-#include "runtime/comm/local_device_group.hpp"
 
 namespace fp8c::runtime {
 namespace {

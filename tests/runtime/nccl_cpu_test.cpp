@@ -9,9 +9,9 @@
 #include <map>
 #include <thread>
 
-#include "runtime/comm/nccl_bootstrap.hpp"
-#include "runtime/comm/nccl_library.hpp"
-#include "runtime/comm/unique_id_exchange.hpp"
+#include "collectives/device/nccl_bootstrap.hpp"
+#include "collectives/device/nccl_library.hpp"
+#include "collectives/device/unique_id_exchange.hpp"
 #include "runtime/dynamic_library.hpp"
 
 namespace fp8c::runtime {

@@ -10,8 +10,8 @@
 #include <numeric>
 #include <random>
 
-#include "runtime/comm/nccl_communicator.hpp"
-#include "runtime/comm/nccl_library.hpp"
+#include "collectives/device/nccl_communicator.hpp"
+#include "collectives/device/nccl_library.hpp"
 #include "runtime/dynamic_library.hpp"
 
 namespace fp8c::runtime {

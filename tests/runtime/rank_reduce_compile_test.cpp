@@ -7,8 +7,8 @@
 
 #include "codegen/kernels/rank_copy.hpp"
 #include "codegen/kernels/rank_reduce.hpp"
+#include "collectives/device/rank_kernels.hpp"
 #include "compile_check.hpp"
-#include "runtime/comm/rank_kernels.hpp"
 #include "runtime/jit.hpp"
 
 namespace fp8c::runtime {

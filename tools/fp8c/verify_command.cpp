@@ -7,10 +7,10 @@
 #include <string>
 
 #include "codegen/plan/planner.hpp"
+#include "collectives/device/nccl_bootstrap.hpp"
+#include "collectives/device/nccl_communicator.hpp"
 #include "collectives/gloo_communicator.hpp"
 #include "fp8c/dsl.hpp"
-#include "runtime/comm/nccl_bootstrap.hpp"
-#include "runtime/comm/nccl_communicator.hpp"
 #include "runtime/cpu/verify.hpp"
 #include "runtime/cubin_cache.hpp"
 #include "runtime/dynamic_library.hpp"

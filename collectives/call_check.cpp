@@ -1,73 +1,57 @@
-#include "runtime/comm/device_call_check.hpp"
+#include "collectives/call_check.hpp"
 
+#include <cstddef>
 #include <limits>
 #include <string>
 #include <utility>
 
 #include "collectives/collective_error.hpp"
 
-namespace fp8c::runtime {
-
-using collectives::CollectiveCall;
-using collectives::CollectiveError;
-using collectives::CollectiveKind;
-using collectives::FailureKind;
-using collectives::ReduceOp;
-
-CollectiveCall CallSequence::next(CollectiveKind kind, std::size_t count, ElemType dtype,
-                                  ReduceOp op, int root) {
-  CollectiveCall call;
-  call.kind = kind;
-  call.count = count;
-  call.dtype = dtype;
-  call.op = op;
-  call.root = root;
-  call.sequence = next_++;
-  return call;
-}
-
+namespace fp8c::collectives {
 namespace {
+
+// Counts are size_t, as in NCCL; byte sizes and addresses are 64-bit.
+static_assert(sizeof(std::size_t) == sizeof(BufferAddress));
 
 class Check {
  public:
   Check(const CollectiveCall& call, int rank, int size) : call_(call), rank_(rank), size_(size) {}
 
   [[noreturn]] void fail(const std::string& detail) const {
-    throw CollectiveError(FailureKind::kInvalidArgument, collectives::describe(call_), rank_, size_,
-                          detail);
+    throw CollectiveError(FailureKind::kInvalidArgument, describe(call_), rank_, size_, detail);
   }
 
   // Bytes of one rank's block; refuses invalid enums and sizes that overflow
   // (the largest buffer is size blocks).
   std::uint64_t block_bytes() const {
     if (!is_valid_elem_type(static_cast<std::uint8_t>(call_.dtype))) fail("invalid dtype value");
-    if (!collectives::is_valid_reduce_op(static_cast<std::uint8_t>(call_.op)))
-      fail("invalid reduction op");
+    if (!is_valid_reduce_op(static_cast<std::uint8_t>(call_.op))) fail("invalid reduction op");
     const std::uint64_t element = element_bytes(call_.dtype);
     const std::uint64_t limit =
         std::numeric_limits<std::uint64_t>::max() / (element * static_cast<std::uint64_t>(size_));
-    if (call_.count > limit) fail("count " + std::to_string(call_.count) + " overflows");
+    if (call_.count > limit) fail("count " + std::to_string(call_.count) + " overflows size_t");
     return call_.count * element;
   }
 
-  void require_buffer(CUdeviceptr pointer, std::uint64_t bytes, const char* name) const {
+  void require_buffer(BufferAddress pointer, std::uint64_t bytes, const char* name) const {
     if (call_.count == 0) return;
     if (pointer == 0) fail(std::string(name) + " is null");
-    if (pointer > std::numeric_limits<std::uint64_t>::max() - bytes)
+    if (pointer > std::numeric_limits<BufferAddress>::max() - bytes)
       fail(std::string(name) + " runs past the end of the address space");
   }
 
   void require_reducible() const {
-    if (collectives::is_reducible(call_.dtype)) return;
+    if (is_reducible(call_.dtype)) return;
     fail("reduction on " + std::string(to_string(call_.dtype)) +
          " is refused: FP8 tensors are only gathered or broadcast; reduce in fp32 or "
          "bf16 and quantize afterwards");
   }
 
   // [a, a + a_bytes) and [b, b + b_bytes) may only overlap when a_at == b_at
-  // (NCCL's in-place address).
-  void require_no_partial_overlap(CUdeviceptr a, std::uint64_t a_bytes, CUdeviceptr b,
-                                  std::uint64_t b_bytes, CUdeviceptr a_at, CUdeviceptr b_at,
+  // (NCCL's in-place address): any other overlap would read half-overwritten
+  // data.
+  void require_no_partial_overlap(BufferAddress a, std::uint64_t a_bytes, BufferAddress b,
+                                  std::uint64_t b_bytes, BufferAddress a_at, BufferAddress b_at,
                                   const char* in_place_rule) const {
     if (call_.count == 0) return;
     const bool overlap = a < b + b_bytes && b < a + a_bytes;
@@ -83,8 +67,8 @@ class Check {
 
 }  // namespace
 
-void check_device_call(const CollectiveCall& call, int rank, int size, CUdeviceptr send,
-                       CUdeviceptr recv) {
+void check_call_arguments(const CollectiveCall& call, int rank, int size, BufferAddress send,
+                          BufferAddress recv) {
   const Check check(call, rank, size);
   const std::uint64_t bytes = check.block_bytes();
   const std::uint64_t all_bytes = bytes * static_cast<std::uint64_t>(size);
@@ -126,12 +110,13 @@ void check_device_call(const CollectiveCall& call, int rank, int size, CUdevicep
   check.fail("invalid collective kind");
 }
 
-void check_element_alignment(const CollectiveCall& call, int rank, int size, CUdeviceptr send,
-                             CUdeviceptr recv) {
+void check_element_alignment(const CollectiveCall& call, int rank, int size, BufferAddress send,
+                             BufferAddress recv) {
   const std::uint64_t element = element_bytes(call.dtype);
   if (element <= 1 || call.count == 0) return;
   const bool send_read = call.kind != CollectiveKind::kBroadcast || rank == call.root;
-  for (const auto& [pointer, name] : {std::pair{send_read ? send : 0, "send"}, {recv, "recv"}}) {
+  for (const auto& [pointer, name] :
+       {std::pair<BufferAddress, const char*>{send_read ? send : 0, "send"}, {recv, "recv"}}) {
     if (pointer % element != 0) {
       Check(call, rank, size)
           .fail(std::string(name) + " is not aligned to its " + std::to_string(element) +
@@ -140,4 +125,4 @@ void check_element_alignment(const CollectiveCall& call, int rank, int size, CUd
   }
 }
 
-}  // namespace fp8c::runtime
+}  // namespace fp8c::collectives

@@ -1,4 +1,4 @@
-#include "runtime/comm/rank_kernels.hpp"
+#include "collectives/device/rank_kernels.hpp"
 
 #include <algorithm>
 #include <stdexcept>

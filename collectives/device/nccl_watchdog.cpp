@@ -1,4 +1,4 @@
-#include "runtime/comm/nccl_watchdog.hpp"
+#include "collectives/device/nccl_watchdog.hpp"
 
 #include <algorithm>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "runtime/comm/nccl_library.hpp"
+#include "collectives/device/nccl_library.hpp"
 
 #include <cstdlib>
 #include <mutex>

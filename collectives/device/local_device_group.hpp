@@ -35,10 +35,9 @@
 
 #include <chrono>
 #include <memory>
-#include <mutex>
-#include <vector>
 
-#include "runtime/comm/device_communicator.hpp"
+#include "collectives/device/device_communicator.hpp"
+#include "collectives/rank_claims.hpp"
 #include "runtime/jit.hpp"
 
 namespace fp8c::runtime {
@@ -68,8 +67,7 @@ class LocalDeviceGroup {
   int size_;
   std::chrono::milliseconds timeout_;
   std::shared_ptr<LocalGroupState> state_;
-  std::mutex claimed_mutex_;
-  std::vector<bool> claimed_;
+  collectives::RankClaims claims_;
 };
 
 }  // namespace fp8c::runtime

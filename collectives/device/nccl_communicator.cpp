@@ -1,12 +1,13 @@
-#include "runtime/comm/nccl_communicator.hpp"
+#include "collectives/device/nccl_communicator.hpp"
 
 #include <cstring>
 #include <stdexcept>
 #include <thread>
 
-#include "runtime/comm/nccl_library.hpp"
-#include "runtime/comm/nccl_watchdog.hpp"
-#include "runtime/comm/unique_id_exchange.hpp"
+#include "collectives/call_check.hpp"
+#include "collectives/device/nccl_library.hpp"
+#include "collectives/device/nccl_watchdog.hpp"
+#include "collectives/device/unique_id_exchange.hpp"
 
 namespace fp8c::runtime {
 
@@ -198,7 +199,7 @@ void NcclCommunicator::enqueue(const CollectiveCall& call, CUdeviceptr send, CUd
   const std::string operation = collectives::describe(call);
   health_.throw_if_poisoned(operation);
   try {
-    check_device_call(call, rank(), size(), send, recv);
+    collectives::check_call_arguments(call, rank(), size(), send, recv);
     device_.make_current();
     const CUevent started = watchdog_->begin(stream);
     // comm_ is read under the lock only: the watchdog may abort it at any

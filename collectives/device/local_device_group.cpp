@@ -1,13 +1,14 @@
-#include "runtime/comm/local_device_group.hpp"
+#include "collectives/device/local_device_group.hpp"
 
 #include <stdexcept>
 #include <string>
 #include <utility>
 
+#include "collectives/call_check.hpp"
+#include "collectives/call_sequence.hpp"
+#include "collectives/device/comm_health.hpp"
+#include "collectives/device/rank_kernels.hpp"
 #include "collectives/in_process_rendezvous.hpp"
-#include "runtime/comm/comm_health.hpp"
-#include "runtime/comm/device_call_check.hpp"
-#include "runtime/comm/rank_kernels.hpp"
 #include "runtime/dynamic_library.hpp"
 
 namespace fp8c::runtime {
@@ -153,8 +154,8 @@ class LocalDeviceCommunicator final : public DeviceCommunicator {
     const std::string operation = collectives::describe(call);
     health_.throw_if_poisoned(operation);
     try {
-      check_device_call(call, rank(), size(), send, recv);
-      check_element_alignment(call, rank(), size(), send, recv);
+      collectives::check_call_arguments(call, rank(), size(), send, recv);
+      collectives::check_element_alignment(call, rank(), size(), send, recv);
       make_context_current();
       FP8C_CU(driver().cuStreamSynchronize(stream));
       state_->slots[static_cast<std::size_t>(rank())] = {send, recv};
@@ -204,13 +205,13 @@ class LocalDeviceCommunicator final : public DeviceCommunicator {
 
   std::shared_ptr<LocalGroupState> state_;
   CommHealth health_;
-  CallSequence sequence_;
+  collectives::CallSequence sequence_;
 };
 
 }  // namespace
 
 LocalDeviceGroup::LocalDeviceGroup(int size, std::chrono::milliseconds timeout, const Jit& jit)
-    : size_(size), timeout_(timeout) {
+    : size_(size), timeout_(timeout), claims_("LocalDeviceGroup", size) {
   if (size < 1 || size > kRankMaxRanks) {
     throw std::invalid_argument("LocalDeviceGroup: size " + std::to_string(size) +
                                 " is outside 1.." + std::to_string(kRankMaxRanks));
@@ -218,24 +219,12 @@ LocalDeviceGroup::LocalDeviceGroup(int size, std::chrono::milliseconds timeout, 
   if (timeout.count() <= 0)
     throw std::invalid_argument("LocalDeviceGroup: timeout must be positive");
   state_ = std::make_shared<LocalGroupState>(size, jit);
-  claimed_.assign(static_cast<std::size_t>(size), false);
 }
 
 LocalDeviceGroup::~LocalDeviceGroup() = default;
 
 std::unique_ptr<DeviceCommunicator> LocalDeviceGroup::communicator(int rank) {
-  if (rank < 0 || rank >= size_) {
-    throw std::invalid_argument("LocalDeviceGroup: rank " + std::to_string(rank) +
-                                " is out of range for a group of " + std::to_string(size_));
-  }
-  {
-    const std::lock_guard lock(claimed_mutex_);
-    if (claimed_[static_cast<std::size_t>(rank)]) {
-      throw std::invalid_argument("LocalDeviceGroup: rank " + std::to_string(rank) +
-                                  " already has a communicator");
-    }
-    claimed_[static_cast<std::size_t>(rank)] = true;
-  }
+  claims_.claim(rank);
   return std::make_unique<LocalDeviceCommunicator>(rank, size_, timeout_, state_);
 }
 

@@ -1,4 +1,4 @@
-#include "runtime/comm/nccl_bootstrap.hpp"
+#include "collectives/device/nccl_bootstrap.hpp"
 
 #include <charconv>
 #include <cstdlib>

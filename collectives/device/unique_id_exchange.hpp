@@ -17,7 +17,7 @@
 #include <string>
 
 #include "collectives/collective_error.hpp"
-#include "runtime/comm/nccl_bootstrap.hpp"
+#include "collectives/device/nccl_bootstrap.hpp"
 
 namespace fp8c::runtime {
 

@@ -23,10 +23,10 @@
 #include <memory>
 #include <mutex>
 
-#include "runtime/comm/comm_health.hpp"
-#include "runtime/comm/device_call_check.hpp"
-#include "runtime/comm/device_communicator.hpp"
-#include "runtime/comm/nccl_bootstrap.hpp"
+#include "collectives/call_sequence.hpp"
+#include "collectives/device/comm_health.hpp"
+#include "collectives/device/device_communicator.hpp"
+#include "collectives/device/nccl_bootstrap.hpp"
 #include "runtime/device.hpp"
 
 struct ncclComm;  // nccl.h's opaque communicator; nccl.h stays out of this header
@@ -78,7 +78,7 @@ class NcclCommunicator final : public DeviceCommunicator {
   const NcclApi& api_;
   Device device_;
   CommHealth health_;
-  CallSequence sequence_;
+  collectives::CallSequence sequence_;
   std::mutex comm_mutex_;  // every NCCL call on comm_, and its abort
   ncclComm* comm_ = nullptr;
   std::unique_ptr<CollectiveWatchdog> watchdog_;

@@ -1,4 +1,4 @@
-#include "runtime/comm/comm_health.hpp"
+#include "collectives/device/comm_health.hpp"
 
 namespace fp8c::runtime {
 

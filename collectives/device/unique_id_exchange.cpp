@@ -1,4 +1,4 @@
-#include "runtime/comm/unique_id_exchange.hpp"
+#include "collectives/device/unique_id_exchange.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
