@@ -77,7 +77,9 @@ sanitized='AllVariants/QuantizeGpu.MatchesTheCpuReference/*bf16*:AllVariants/Blo
 sanitized="$sanitized:GemmWorkspacePoolGpu.*"
 # ... and the step runtime's graphs and weight cache through the executor and Session (one
 # small layer each: the sanitizers run every kernel of the pass they capture and replay).
-sanitized_steps='PassGraphGpu.*:SessionGraphs.ATensorAtANewAddressIsCapturedAgain:SessionWeightCache.AWeightChangedUnderItsVersionIsCaughtByTheCheck'
+# (Not PassGraphGpu.APassThatCannotBeCaptured...: it makes a call CUDA refuses inside a capture on
+# purpose, which memcheck reports as two API errors.)
+sanitized_steps='PassGraphGpu.*:SessionGraphs.ATensorAtANewAddressIsCapturedAgain:SessionWeightCache.AWeightChangedUnderItsVersionIsCaughtByTheCheck-PassGraphGpu.APassThatCannotBeCapturedRunsEagerlyAndSaysWhy'
 declare -A sanitizer_pid
 for tool in memcheck racecheck synccheck; do
   (timeout 330 compute-sanitizer --tool $tool --error-exitcode 3 "$build/tests/runtime/runtime_tests" \
@@ -93,7 +95,8 @@ done
  timeout 200 "$build/tests/runtime/runtime_tests" --gtest_repeat=50 --gtest_brief=1 \
    --gtest_filter='GemmWorkspacePoolGpu.*:LocalDeviceGroupGpu.*:Shapes/PermuteGpu.*' >> "$out/repeats.log" 2>&1) &
 repeats_pid=$!
-run_sharded tests "$build/tests/runtime/runtime_tests" 4 330 & runtime_pid=$!
+# (420 s: at 260aa94 one shard ran past 330 s with the repeats and sanitizers beside it.)
+run_sharded tests "$build/tests/runtime/runtime_tests" 4 ${FP8C_RUNTIME_LIMIT:-420} & runtime_pid=$!
 run_sharded executor_tests "$build/tests/gpu/gpu_executor_tests" 12 ${FP8C_EXECUTOR_LIMIT:-450} & executor_pid=$!
 wait $runtime_pid || tests=1
 wait $executor_pid || tests=1
