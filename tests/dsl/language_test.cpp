@@ -260,7 +260,7 @@ TEST(Defaults, EverySettingCanBeWritten) {
       "margin = 64 nan = error }\n"
       "recipe s = blockwise { scale = pow2 }\n"
       "layer fc1 = linear { in = 2147483632 out = 16 bias = true activation = silu dtype = fp16 "
-      "output = fp32 recipe = r save_input = original gemm = generated "
+      "output = fp32 recipe = r save_input = original gemm = generated weight_cache = true "
       "debug = { stats = true fallback = dgrad } }\n"
       "layer fc2 = linear { in = 64 out = 64 recipe = s activation = relu }\n");
   ASSERT_TRUE(spec);
@@ -280,6 +280,8 @@ TEST(Defaults, EverySettingCanBeWritten) {
   EXPECT_EQ(fc1.output_dtype, DType::fp32);
   EXPECT_EQ(fc1.save_input, SaveInput::original);
   EXPECT_EQ(fc1.gemm, GemmBackend::generated);
+  EXPECT_TRUE(fc1.weight_cache);
+  EXPECT_FALSE(spec->layers[1].weight_cache);
   EXPECT_TRUE(fc1.debug.stats);
   EXPECT_EQ(fc1.debug.fallback, std::vector<GemmKind>{GemmKind::dgrad});
   EXPECT_EQ(spec->layers[1].activation, Activation::relu);

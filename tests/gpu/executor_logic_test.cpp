@@ -502,6 +502,32 @@ TEST(ExecutorLogic, PlanLoweredSaysWhatOverlapDoes) {
   }
 }
 
+// fp8c plan --lowered shows the schedule (the issue order where it is not
+// the plan's, the steps on the side stream) and, for a layer with
+// weight_cache, the weight-only steps; FP8C_SIDE_STREAM's option off keeps
+// every step on the main stream in the plan's order.
+TEST(ExecutorLogic, PlanLoweredShowsTheScheduleAndTheWeightOnlySteps) {
+  const Spec spec = spec_from(
+      "recipe c = current { }\n"
+      "layer l = linear { in = 256  out = 512  recipe = c  weight_cache = true }\n");
+  const Plan plan = plan_spec(spec, PlanOptions{1, 256});
+  const std::string text = print_lowered(plan, lower_plan(spec, plan));
+  EXPECT_NE(text.find("issued in the order 2 3 0 1 4"), std::string::npos) << text;
+  EXPECT_NE(text.find("amax l.w (weight only: skipped while cached) [side stream]"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("weight_cache = true: the 2 weight-only steps are skipped"),
+            std::string::npos)
+      << text;
+  LowerOptions off;
+  off.side_stream = false;
+  const LoweredLayer l = lower_layer(spec.layers[0], plan.layers[0], off);
+  for (std::size_t i = 0; i < l.forward.size(); ++i) {
+    EXPECT_FALSE(l.forward[i].on_side_stream) << i;
+    EXPECT_EQ(l.forward_order[i], static_cast<int>(i));
+  }
+}
+
 TEST(ExecutorLogic, PlanLoweredShowsWhereBlockScaledGemmsRun) {
   const std::string layer = layer_text("blockwise", "column", false, 1, 1024, 2048);
   for (const char* target : {"sm_90a", "sm_100a"}) {
