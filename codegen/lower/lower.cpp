@@ -76,7 +76,12 @@ class Lowering {
   // step makes and the caller does not hand in (the delayed scales the
   // update writes) is neutral; anything else (x, dy, the bias, GEMM
   // outputs) is not. A step is weight-only when it is no GEMM, reads at
-  // least one tensor of the weight's and only those and neutral ones.
+  // least one tensor of the weight's and only those and neutral ones. A
+  // collective of that kind (the weight's amax all-reduced under current
+  // scaling) makes tensors of the weight's but is not skipped: a rank that
+  // casts again while another keeps its cast (a weight that moved on one
+  // rank only) must not leave the ranks' collectives out of step, and
+  // all-reducing an amax nobody changed gives the value it had.
   void mark_weight_only() {
     if (plan_.io.w == kNoTensor) return;
     const LayerIo& io = plan_.io;
@@ -104,8 +109,11 @@ class Lowering {
             only = false;
         }
         if (!reads_weight || !only || s.outputs().empty()) continue;
-        (*lowered)[i].weight_only = true;
+        // What it makes is the weight's either way (a collective of the
+        // weight's gives what it gave before when nobody changed its input).
         for (int id : s.outputs()) weights[static_cast<std::size_t>(id)] = true;
+        if (s.is_collective()) continue;
+        (*lowered)[i].weight_only = true;
         ++marked;
       }
     if (marked && layer_.weight_cache)

@@ -86,8 +86,9 @@ using LoweredAction = std::variant<KernelLaunch, GemmCall, CollectiveCall>;
 struct LoweredStep {
   std::vector<LoweredAction> actions;  // in order
   // The step reads nothing but the weight, what other such steps made of it
-  // and the layer's scale state (the weight's casts, transposes and amax):
-  // what the FP8 weight cache skips while the weight is unchanged
+  // and the layer's scale state (the weight's casts, transposes and amax;
+  // never a collective, which every rank runs either way): what the FP8
+  // weight cache skips while the weight is unchanged
   // (SessionOptions::weight_cache, `weight_cache = true`).
   bool weight_only = false;
   // The schedule (codegen/lower/schedule.hpp): the steps of the same pass

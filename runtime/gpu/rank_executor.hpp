@@ -109,7 +109,9 @@ class GpuRankExecutor {
   void upload_externals(const cpu::TensorStore& host);
 
   // The FP8 weight cache (LoweredStep::weight_only; TransformerEngine's
-  // is_first_microbatch). enable_weight_cache(), before the first pass:
+  // is_first_microbatch). enable_weight_cache(), before the first pass (a
+  // graph captured before it would not copy the scale pair; nothing checks
+  // this yet):
   // each delayed scale a weight-only step casts with becomes a pair of this
   // executor's, copied from the state right before the weight is cast and
   // read by every GEMM of the cast weight, so that a kept FP8 weight stays

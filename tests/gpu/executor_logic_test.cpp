@@ -686,7 +686,8 @@ TEST(ExecutorLogic, Fp8cEmitListsTheKernelsASessionCompiles) {
 
 // The FP8 weight cache's steps (LoweredStep::weight_only), over every spec
 // (examples, tests/specs) at 1-8 ranks and two token counts: every cast of
-// the weight (a quantize whose source is w) is one, no GEMM is, none reads
+// the weight (a quantize whose source is w) is one, no GEMM or collective is
+// (every rank runs its collectives, whether it keeps its cast or not), none reads
 // the caller's x, dy or bias or anything a non-weight step makes; and every
 // FP8 copy of the weight a GEMM reads dequantizes with the scale its cast
 // quantized with (so the executor's kept scale pair serves both).
@@ -721,15 +722,19 @@ TEST(ExecutorLogic, WeightOnlyStepsAreTheWeightsCastsAndNothingElse) {
                 EXPECT_TRUE(only) << where << ": the cast of w is not weight-only";
                 ++casts;
               }
-              if (s.kind() == StepKind::gemm) {
-                EXPECT_FALSE(only) << where << ": a GEMM";
+              if (s.kind() == StepKind::gemm || s.is_collective()) {
+                EXPECT_FALSE(only) << where << ": a GEMM or a collective";
               }
               for (int id : s.inputs()) {
                 if (!only) continue;
                 EXPECT_FALSE(id == lp.io.x || id == lp.io.dy || id == lp.io.b || others.count(id))
                     << where << ": weight-only step " << i << " reads " << lp.tensor(id).name;
               }
-              for (int id : s.outputs()) (only ? weights : others).insert(id);
+              // A collective of the weight's alone runs anyway, but what it
+              // makes is still the weight's.
+              bool of_weight = s.is_collective();
+              for (int id : s.inputs()) of_weight = of_weight && weights.count(id);
+              for (int id : s.outputs()) (only || of_weight ? weights : others).insert(id);
               if (q && only && q->scale != kNoTensor)
                 for (int out : {q->rowwise, q->columnwise})
                   if (out != kNoTensor) {
