@@ -21,12 +21,6 @@ std::vector<int> scratch_of(const LoweredStep& l) {
   return v;
 }
 
-bool is_collective_step(const LoweredStep& l) {
-  for (const auto& a : l.actions)
-    if (std::holds_alternative<CollectiveCall>(a)) return true;
-  return false;
-}
-
 }  // namespace
 
 std::vector<int> schedule_pass(const std::vector<Step>& steps, std::vector<LoweredStep>& lowered,
@@ -63,7 +57,7 @@ std::vector<int> schedule_pass(const std::vector<Step>& steps, std::vector<Lower
   std::vector<bool> eligible(n, false);
   for (std::size_t i = 0; i < n; ++i) {
     lowered[i].on_side_stream = false;
-    eligible[i] = side && !is_gemm(i) && !is_collective_step(lowered[i]);
+    eligible[i] = side && !is_gemm(i) && !steps[i].is_collective();
   }
   // The first rule: a GEMM it is independent of.
   for (std::size_t i = 0; i < n; ++i) {
@@ -126,9 +120,9 @@ std::vector<int> schedule_pass(const std::vector<Step>& steps, std::vector<Lower
       bool ready = true;
       for (int j : lowered[i].after) ready = ready && issued[static_cast<std::size_t>(j)];
       // Collectives in the plan's order (they all run on one stream).
-      if (is_collective_step(lowered[i]))
+      if (steps[i].is_collective())
         for (std::size_t j = 0; j < i; ++j)
-          ready = ready && (issued[j] || !is_collective_step(lowered[j]));
+          ready = ready && (issued[j] || !steps[j].is_collective());
       if (!ready) continue;
       const int r = lowered[i].on_side_stream ? 0 : waits_for_side[i] ? 2 : 1;
       if (r < rank) {
