@@ -323,17 +323,22 @@ struct LoweredGemm {
   const LoweredStep& lowered_step;
 };
 
+// Every spec of examples/ and tests/specs.
+std::vector<std::string> spec_files() {
+  std::vector<std::string> files;
+  for (const char* dir : {"examples", "tests/specs"})
+    for (const auto& entry : std::filesystem::directory_iterator(::fp8c::testing::source_path(dir)))
+      if (entry.path().extension() == ".fp8") files.push_back(entry.path().string());
+  return files;
+}
+
 // Every GEMM of every spec in examples/ and tests/specs at 1, 2, 4 and 8
 // ranks and 1024, 1056 and 4096 tokens (where the spec splits that way),
 // lowered with the default (Hopper) options; `backend`, when given,
 // replaces every layer's `gemm =` (whatever the spec's target).
 void for_each_lowered_gemm(std::optional<GemmBackend> backend,
                            const std::function<void(const LoweredGemm&)>& visit) {
-  std::vector<std::string> files;
-  for (const char* dir : {"examples", "tests/specs"})
-    for (const auto& entry : std::filesystem::directory_iterator(::fp8c::testing::source_path(dir)))
-      if (entry.path().extension() == ".fp8") files.push_back(entry.path().string());
-  for (const auto& file : files) {
+  for (const auto& file : spec_files()) {
     Spec spec = load_spec(file);
     if (backend)
       for (Layer& layer : spec.layers) layer.gemm = *backend;
@@ -693,11 +698,7 @@ TEST(ExecutorLogic, Fp8cEmitListsTheKernelsASessionCompiles) {
 // quantized with (so the executor's kept scale pair serves both).
 TEST(ExecutorLogic, WeightOnlyStepsAreTheWeightsCastsAndNothingElse) {
   int casts = 0, layers = 0;
-  std::vector<std::string> files;
-  for (const char* dir : {"examples", "tests/specs"})
-    for (const auto& entry : std::filesystem::directory_iterator(::fp8c::testing::source_path(dir)))
-      if (entry.path().extension() == ".fp8") files.push_back(entry.path().string());
-  for (const auto& file : files) {
+  for (const auto& file : spec_files()) {
     const Spec spec = load_spec(file);
     for (std::uint32_t ranks : {1u, 2u, 4u, 8u})
       for (std::uint64_t tokens : {1024u, 4096u}) {
@@ -760,16 +761,12 @@ TEST(ExecutorLogic, WeightOnlyStepsAreTheWeightsCastsAndNothingElse) {
 // the same order).
 TEST(ExecutorLogic, TheSideStreamScheduleKeepsEveryHazard) {
   int side = 0, reordered = 0, passes = 0;
-  std::vector<std::string> files;
-  for (const char* dir : {"examples", "tests/specs"})
-    for (const auto& entry : std::filesystem::directory_iterator(::fp8c::testing::source_path(dir)))
-      if (entry.path().extension() == ".fp8") files.push_back(entry.path().string());
   const auto scratch = [](const LoweredStep& l, LaunchRole role) {
     for (const auto& a : l.actions)
       if (const auto* k = std::get_if<KernelLaunch>(&a); k && k->role == role) return true;
     return false;
   };
-  for (const auto& file : files) {
+  for (const auto& file : spec_files()) {
     const Spec spec = load_spec(file);
     for (std::uint32_t ranks : {1u, 2u, 4u, 8u}) {
       Plan plan;
