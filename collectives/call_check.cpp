@@ -59,6 +59,16 @@ class Check {
     fail(std::string("send and recv overlap but not in place; in place means ") + in_place_rule);
   }
 
+  // For collectives without an in-place form: [a, a + bytes) and
+  // [b, b + bytes) must not overlap at all.
+  void require_disjoint(BufferAddress a, BufferAddress b, std::uint64_t bytes,
+                        const char* reason) const {
+    if (call_.count == 0) return;
+    if (a < b + bytes && b < a + bytes)
+      fail("send and recv overlap; " + std::string(collective_name(call_.kind)) +
+           " has no in-place form (" + reason + ")");
+  }
+
  private:
   const CollectiveCall& call_;
   int rank_;
@@ -103,6 +113,12 @@ void check_call_arguments(const CollectiveCall& call, int rank, int size, Buffer
         check.require_no_partial_overlap(send, bytes, recv, bytes, send, recv, "send == recv");
       }
       check.require_buffer(recv, bytes, "recv");
+      return;
+    case CollectiveKind::kRingShift:
+      check.require_buffer(send, bytes, "send");
+      check.require_buffer(recv, bytes, "recv");
+      check.require_disjoint(send, recv, bytes,
+                             "a rank's recv may be written while its send is still read");
       return;
     case CollectiveKind::kBarrier:
       return;

@@ -18,7 +18,8 @@ using BufferAddress = std::uint64_t;
 // Valid dtype and op, no FP8 reduction, root in range, non-null buffers
 // where count > 0 (broadcast's send only on the root), sizes that do not
 // overflow, and no overlap of send and recv other than NCCL's in-place
-// forms. `call.kind` selects the rules; kBarrier is accepted as is.
+// forms (ring_shift has none: its send and recv must be disjoint).
+// `call.kind` selects the rules; kBarrier is accepted as is.
 void check_call_arguments(const CollectiveCall& call, int rank, int size, BufferAddress send,
                           BufferAddress recv);
 

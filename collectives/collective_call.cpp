@@ -14,6 +14,8 @@ std::string_view collective_name(CollectiveKind kind) {
       return "broadcast";
     case CollectiveKind::kBarrier:
       return "barrier";
+    case CollectiveKind::kRingShift:
+      return "ring_shift";
   }
   return "invalid-collective";
 }

@@ -20,9 +20,10 @@ enum class CollectiveKind : std::uint8_t {
   kAllReduce,
   kBroadcast,
   kBarrier,
+  kRingShift,  // rank r's send lands in the recv of rank (r + 1) % size
 };
 
-// "all_gather", "reduce_scatter", ...
+// "all_gather", "reduce_scatter", ..., "ring_shift"
 std::string_view collective_name(CollectiveKind kind);
 
 struct CollectiveCall {
@@ -30,7 +31,8 @@ struct CollectiveCall {
   ElemType dtype = ElemType::u8;
   ReduceOp op = ReduceOp::kSum;  // meaningful for reduce_scatter and all_reduce only
   // Elements per rank as NCCL counts them: all_gather's send count,
-  // reduce_scatter's receive count, all_reduce's and broadcast's count.
+  // reduce_scatter's receive count, all_reduce's, broadcast's and
+  // ring_shift's count (what each rank sends, and receives).
   std::size_t count = 0;
   int root = 0;                // meaningful for broadcast only
   std::uint64_t sequence = 0;  // 0 for the first collective on a communicator

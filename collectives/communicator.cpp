@@ -116,6 +116,15 @@ void Communicator::broadcast(const void* send, void* recv, std::size_t count, El
   });
 }
 
+void Communicator::ring_shift(const void* send, void* recv, std::size_t count, ElemType dtype) {
+  const CollectiveCall call =
+      sequence_.next(CollectiveKind::kRingShift, count, dtype, ReduceOp::kSum, 0);
+  guarded(call, [&] {
+    check_call_arguments(call, rank_, size_, address(send), address(recv));
+    run_ring_shift(call, send, recv);
+  });
+}
+
 void Communicator::barrier() {
   const CollectiveCall call =
       sequence_.next(CollectiveKind::kBarrier, 0, ElemType::u8, ReduceOp::kSum, 0);

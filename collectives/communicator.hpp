@@ -64,6 +64,17 @@ class Communicator {
   // on the root only and may be null elsewhere. In place when send == recv.
   void broadcast(const void* send, void* recv, std::size_t count, ElemType dtype, int root);
 
+  // Point to point around the ring, for pipelined all-gather and
+  // reduce-scatter: rank r sends `count` elements of `dtype` from send to
+  // rank (r + 1) % size() and receives `count` elements from rank
+  // (r + size() - 1) % size() into recv (NCCL: ncclSend to the next rank and
+  // ncclRecv from the previous one in one group). A collective like the
+  // others: every rank calls it with the same count and dtype. Any dtype,
+  // FP8 included (bytes are moved, never reduced). send and recv must not
+  // overlap (there is no in-place form); with one rank, send is copied into
+  // recv.
+  void ring_shift(const void* send, void* recv, std::size_t count, ElemType dtype);
+
   // Returns once every rank has called barrier().
   void barrier();
 
@@ -82,13 +93,14 @@ class Communicator {
 
   // Backends receive validated arguments (call_check.hpp, shared with the
   // device communicators): dtype and op in range, pointers non-null where
-  // count > 0, no overlap other than NCCL's in-place forms, no FP8
-  // reduction, root in range. `call` names the collective for errors
-  // and carries what ranks must agree on.
+  // count > 0, no overlap other than NCCL's in-place forms (none for
+  // ring_shift), no FP8 reduction, root in range. `call` names the
+  // collective for errors and carries what ranks must agree on.
   virtual void run_all_gather(const CollectiveCall& call, const void* send, void* recv) = 0;
   virtual void run_reduce_scatter(const CollectiveCall& call, const void* send, void* recv) = 0;
   virtual void run_all_reduce(const CollectiveCall& call, const void* send, void* recv) = 0;
   virtual void run_broadcast(const CollectiveCall& call, const void* send, void* recv) = 0;
+  virtual void run_ring_shift(const CollectiveCall& call, const void* send, void* recv) = 0;
   virtual void run_barrier(const CollectiveCall& call) = 0;
 
   // Called once, when this communicator becomes poisoned: make the other

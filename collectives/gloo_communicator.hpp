@@ -4,6 +4,8 @@
 //
 // Semantics are the same as the in-process backend, bit for bit:
 // - all_gather and broadcast move bytes with gloo's allgather and broadcast;
+// - ring_shift is real point to point: an unbound-buffer send to the next
+//   rank and a receive from the previous one (no gather);
 // - reductions do NOT use gloo's reduction algorithms, whose combining order
 //   depends on the ring/tree position and chunking and which have no
 //   bfloat16 type. reduce_scatter moves each rank's blocks with gloo's

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <limits>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,11 +20,14 @@
 #include <gloo/alltoall.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
+#include <gloo/context.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/hash_store.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
 
 #include "collectives/reduce.hpp"
 
@@ -211,6 +215,32 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
+  // Real point to point, no gather: one unbound-buffer receive from the
+  // previous rank and one send to the next, matched by a slot of our own
+  // (kRingShiftSlotPrefix with this call's data tag). Both waits get the
+  // time left until the deadline; gloo throws "Timed out ..." when it
+  // passes, and a closed connection when a peer failed.
+  void run_ring_shift(const CollectiveCall& call, const void* send, void* recv) override {
+    collective(call, [&](std::chrono::steady_clock::time_point deadline) {
+      const std::size_t bytes = call.count * element_bytes(call.dtype);
+      if (bytes == 0) return;
+      if (size() == 1) {
+        std::memcpy(recv, send, bytes);
+        return;
+      }
+      const int next = (rank() + 1) % size();
+      const int previous = (rank() + size() - 1) % size();
+      const std::uint64_t slot = gloo::Slot::build(kRingShiftSlotPrefix, tag(call, kDataTag));
+      auto incoming = context_->createUnboundBuffer(recv, bytes);
+      auto outgoing = context_->createUnboundBuffer(writable(send), bytes);
+      incoming->recv(previous, slot);
+      outgoing->send(next, slot);
+      if (!incoming->waitRecv(time_left(deadline)) || !outgoing->waitSend(time_left(deadline))) {
+        throw std::runtime_error("gloo aborted the ring_shift send or receive");
+      }
+    });
+  }
+
   void run_barrier(const CollectiveCall& call) override {
     // The descriptor exchange in collective() completes on a rank only after
     // every rank has sent its descriptor: that is a barrier already.
@@ -230,6 +260,8 @@ class GlooCommunicator final : public Communicator {
  private:
   static constexpr std::uint32_t kDescriptorTag = 0;
   static constexpr std::uint32_t kDataTag = 1;
+  // gloo's own collectives use slot prefixes 0x01-0x08 (gloo/types.h).
+  static constexpr std::uint8_t kRingShiftSlotPrefix = 0x40;
 
   // Distinct tags per collective keep a late message of one collective from
   // ever matching another's receive.

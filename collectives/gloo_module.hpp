@@ -28,7 +28,8 @@ namespace fp8c::collectives::gloo_module {
 
 // Bump when Api, GlooOptions or anything the module and its loader share
 // changes shape; the fp8c version is compared as well.
-inline constexpr std::uint32_t kAbiVersion = 1;
+// 2: Communicator gained run_ring_shift (a new vtable slot).
+inline constexpr std::uint32_t kAbiVersion = 2;
 
 // What the module exports (extern "C", default visibility).
 inline constexpr const char* kEntry = "fp8c_gloo_module_api";

@@ -55,6 +55,21 @@ class InProcessCommunicator final : public Communicator {
                    [&] { copy_bytes(recv, staged(call.root), bytes); });
   }
 
+  // No staging copy: the previous rank's send is read in place, between
+  // arrive (it has published the pointer and waits) and depart (it waits
+  // until its successor has copied). send and recv are disjoint (checked),
+  // so writing recv never touches what the next rank reads.
+  void run_ring_shift(const CollectiveCall& call, const void* send, void* recv) override {
+    const auto deadline = deadline_from_now();
+    const int previous = (rank() + size() - 1) % size();
+    rendezvous_->published(rank()) = send;
+    rendezvous_->wait_for_all(rank(), call, InProcessRendezvous::Phase::kArrive, deadline,
+                              timeout());
+    copy_bytes(recv, rendezvous_->published(previous), call.count * element_bytes(call.dtype));
+    rendezvous_->wait_for_all(rank(), call, InProcessRendezvous::Phase::kDepart, deadline,
+                              timeout());
+  }
+
   void run_barrier(const CollectiveCall& call) override {
     rendezvous_->wait_for_all(rank(), call, InProcessRendezvous::Phase::kArrive,
                               deadline_from_now(), timeout());

@@ -5,6 +5,7 @@ namespace fp8c::collectives {
 InProcessRendezvous::InProcessRendezvous(int size)
     : size_(size),
       staging_(static_cast<std::size_t>(size)),
+      published_(static_cast<std::size_t>(size), nullptr),
       present_(static_cast<std::size_t>(size), false),
       calls_(static_cast<std::size_t>(size)) {}
 

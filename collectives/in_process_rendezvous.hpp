@@ -11,6 +11,10 @@
 //      the next collective's data while a peer is still reading it.
 // Staging copies make every in-place form trivially safe (a rank may write
 // its recv while peers read its send, because peers read the copy).
+// ring_shift, which has no in-place form, skips the staging copy: each rank
+// publishes its send pointer instead, and its successor copies straight
+// from it between arrive and depart (so the send buffer is read only while
+// its owner waits in the rendezvous).
 // Happens-before for the staging buffers comes from the mutex: a rank writes
 // its buffer before it arrives (under the mutex) and peers read it only after
 // they see the phase complete (under the same mutex).
@@ -41,6 +45,10 @@ class InProcessRendezvous {
   // it arrives; everyone reads it between arrive and depart.
   std::vector<std::byte>& staging(int rank) { return staging_[static_cast<std::size_t>(rank)]; }
 
+  // Rank `rank`'s published send pointer, under the same rule as staging():
+  // written by that rank before it arrives, read by peers until depart.
+  const void*& published(int rank) { return published_[static_cast<std::size_t>(rank)]; }
+
   // Blocks until all ranks reach `phase` of the collective `call`, the group
   // is poisoned, or `deadline` passes. Throws CollectiveError: kMismatch if
   // the ranks' calls disagree (arrive phase), kTimeout naming the missing
@@ -62,6 +70,7 @@ class InProcessRendezvous {
 
   const int size_;
   std::vector<std::vector<std::byte>> staging_;
+  std::vector<const void*> published_;
 
   std::mutex mutex_;
   std::condition_variable changed_;

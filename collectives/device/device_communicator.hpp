@@ -1,9 +1,9 @@
 // Collectives over device memory, ordered on CUDA streams, with NCCL's
 // semantics (collectives/communicator.hpp states the contract: same calls in
 // the same order on every rank, rank-major concatenation for all_gather,
-// block i to rank i for reduce_scatter, in-place forms, FP8 moved but never
-// reduced, every failure a collectives::CollectiveError that poisons the
-// communicator).
+// block i to rank i for reduce_scatter, rank r to rank r + 1 for
+// ring_shift, in-place forms, FP8 moved but never reduced, every failure a
+// collectives::CollectiveError that poisons the communicator).
 //
 // Backends:
 // - NCCL (nccl_communicator.cpp): one process per GPU, libnccl loaded with
@@ -58,6 +58,16 @@ class DeviceCommunicator {
                           ReduceOp op, CUstream stream) = 0;
   virtual void broadcast(CUdeviceptr send, CUdeviceptr recv, std::size_t count, ElemType dtype,
                          int root, CUstream stream) = 0;
+  // Rank r's `count` elements of send land in the recv of rank
+  // (r + 1) % size(); its recv receives rank (r + size() - 1) % size()'s
+  // (collectives::Communicator::ring_shift: any dtype, FP8 moved as bytes,
+  // send and recv disjoint, one rank copies send into recv). Ordered on
+  // `stream` like the calls above: it reads send and writes recv after the
+  // work already enqueued there, and recv is complete for later work on
+  // that stream (NCCL: a grouped ncclSend/ncclRecv on `stream`; the
+  // single-GPU group returns with it done).
+  virtual void ring_shift(CUdeviceptr send, CUdeviceptr recv, std::size_t count, ElemType dtype,
+                          CUstream stream) = 0;
 
   // Waits until everything enqueued on `stream` (collectives included) has
   // finished. Throws CollectiveError (kTimeout) when a collective does not

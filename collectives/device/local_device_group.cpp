@@ -126,6 +126,24 @@ class LocalDeviceCommunicator final : public DeviceCommunicator {
     });
   }
 
+  void ring_shift(CUdeviceptr send, CUdeviceptr recv, std::size_t count, ElemType dtype,
+                  CUstream stream) override {
+    const CollectiveCall call =
+        sequence_.next(CollectiveKind::kRingShift, count, dtype, ReduceOp::kSum, 0);
+    run(call, send, recv, stream, [&] {
+      // RankKernels::copy sends every source to every destination; a shift
+      // pairs destination r with source r - 1 alone, so it is one
+      // device-to-device copy per rank on the group stream instead.
+      const std::uint64_t bytes = block_bytes(call);
+      if (bytes == 0) return;
+      for (int r = 0; r < size(); ++r) {
+        const int previous = (r + size() - 1) % size();
+        FP8C_CU(
+            driver().cuMemcpyDtoDAsync(slot(r).recv, slot(previous).send, bytes, group_stream()));
+      }
+    });
+  }
+
   // Collectives are complete when they return; this only waits for the
   // caller's own work.
   void synchronize(CUstream stream) override {

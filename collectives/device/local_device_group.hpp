@@ -21,14 +21,16 @@
 //      kMismatch on every rank, either poisons the group);
 //   3. rank 0 alone moves the data for everyone on the group's own stream:
 //      one batched-copy launch (all_gather, broadcast), one reduce launch
-//      (reduce_scatter), or one reduce plus one batched copy (all_reduce:
-//      reduced into rank 0's recv, then copied to the others), then
-//      synchronises that stream;
+//      (reduce_scatter), one reduce plus one batched copy (all_reduce:
+//      reduced into rank 0's recv, then copied to the others), or one
+//      cuMemcpyDtoDAsync per rank (ring_shift: rank r - 1's send into rank
+//      r's recv), then synchronises that stream;
 //   4. every rank waits until rank 0 is done, then returns.
 // So when a call returns, this rank's recv holds the result and no peer
 // reads its send any more: the caller may enqueue anything on its stream.
 // In-place forms are safe because each output element is read from every
-// input before it is written, and copies onto themselves are skipped.
+// input before it is written, and copies onto themselves are skipped
+// (ring_shift has no in-place form: its send and recv are disjoint).
 // The call blocks its thread for the whole collective, bounded by
 // timeout() per phase; synchronize() is then a plain stream synchronise.
 #pragma once

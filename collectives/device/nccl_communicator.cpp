@@ -290,6 +290,32 @@ void NcclCommunicator::broadcast(CUdeviceptr send, CUdeviceptr recv, std::size_t
   });
 }
 
+// One rank sends to and receives from itself through NCCL rather than a
+// cuMemcpyDtoDAsync: NCCL supports send/recv to self, and so a group of one
+// runs the same entry points, watchdog and error handling as a larger one.
+void NcclCommunicator::ring_shift(CUdeviceptr send, CUdeviceptr recv, std::size_t count,
+                                  ElemType dtype, CUstream stream) {
+  const CollectiveCall call =
+      sequence_.next(CollectiveKind::kRingShift, count, dtype, ReduceOp::kSum, 0);
+  const int next = (rank() + 1) % size();
+  const int previous = (rank() + size() - 1) % size();
+  enqueue(call, send, recv, stream, [&](ncclComm_t comm) {
+    // Every rank has the same count, so all skip together; NCCL then never
+    // sees the null buffers a count of 0 allows.
+    if (count == 0) return ncclSuccess;
+    const ncclDataType_t type = nccl_data_type(dtype, api_.version);
+    ncclResult_t result = api_.ncclGroupStart();
+    if (result != ncclSuccess) return result;
+    // ncclGroupEnd runs even when an enqueue inside the group failed, so
+    // that the group is closed; the first failure is the one reported.
+    ncclResult_t queued = api_.ncclSend(address(send), count, type, next, comm, stream);
+    if (queued == ncclSuccess || queued == ncclInProgress)
+      queued = api_.ncclRecv(mutable_address(recv), count, type, previous, comm, stream);
+    result = api_.ncclGroupEnd();
+    return queued == ncclSuccess || queued == ncclInProgress ? result : queued;
+  });
+}
+
 void NcclCommunicator::synchronize(CUstream stream) {
   const std::string operation = "synchronize";
   health_.throw_if_poisoned(operation);

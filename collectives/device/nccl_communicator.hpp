@@ -17,6 +17,8 @@
 // collectives/reduce.hpp's rank order: beyond 2 ranks sums need not equal
 // the CPU collectives bit for bit. FP8 moves as ncclFloat8e4m3/e5m2 from
 // NCCL 2.24.3 on, as ncclUint8 before; FP8 reductions are refused.
+// ring_shift is ncclSend to the next rank and ncclRecv from the previous one
+// in one ncclGroupStart/End (one rank: send to and receive from itself).
 #pragma once
 
 #include <chrono>
@@ -59,6 +61,8 @@ class NcclCommunicator final : public DeviceCommunicator {
                   ReduceOp op, CUstream stream) override;
   void broadcast(CUdeviceptr send, CUdeviceptr recv, std::size_t count, ElemType dtype, int root,
                  CUstream stream) override;
+  void ring_shift(CUdeviceptr send, CUdeviceptr recv, std::size_t count, ElemType dtype,
+                  CUstream stream) override;
   void synchronize(CUstream stream) override;
   void abort(const std::string& reason) noexcept override;
   bool poisoned() const override { return health_.poisoned(); }

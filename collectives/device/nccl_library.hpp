@@ -14,7 +14,8 @@ namespace fp8c::runtime {
 
 // Entry points fp8c uses. All exist since NCCL 2.14.3, the oldest fp8c
 // accepts (ncclCommInitRankConfig with non-blocking communicators and
-// ncclCommFinalize arrived then).
+// ncclCommFinalize arrived then; ncclSend and ncclRecv, used by
+// ring_shift, in 2.7).
 #define FP8C_NCCL_FUNCTIONS(X) \
   X(ncclGetVersion)            \
   X(ncclGetErrorString)        \
@@ -29,6 +30,8 @@ namespace fp8c::runtime {
   X(ncclReduceScatter)         \
   X(ncclAllReduce)             \
   X(ncclBroadcast)             \
+  X(ncclSend)                  \
+  X(ncclRecv)                  \
   X(ncclGroupStart)            \
   X(ncclGroupEnd)
 

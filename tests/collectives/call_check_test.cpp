@@ -94,6 +94,69 @@ TEST(CallArgumentChecks, InPlaceFormsPassAndOtherOverlapsFail) {
               HasSubstr("send == recv"));
 }
 
+TEST(CallArgumentChecks, RingShiftNeedsDisjointBuffersOfCountElements) {
+  // 16 floats = 64 bytes each; recv right after send is disjoint.
+  EXPECT_EQ(refusal([] {
+              check_call_arguments(call(CollectiveKind::kRingShift, 16), 1, 4, kBase, kBase + 64);
+            }),
+            "");
+  EXPECT_EQ(refusal([] {
+              check_call_arguments(call(CollectiveKind::kRingShift, 16), 0, 1, kBase + 64, kBase);
+            }),
+            "");
+  // No in-place form: send == recv is refused like any other overlap.
+  for (const BufferAddress recv : {kBase, kBase + 60, kBase - 60}) {
+    EXPECT_THAT(refusal([recv] {
+                  check_call_arguments(call(CollectiveKind::kRingShift, 16), 1, 4, kBase, recv);
+                }),
+                HasSubstr("send and recv overlap; ring_shift has no in-place form"))
+        << "recv at kBase + " << static_cast<std::int64_t>(recv - kBase);
+  }
+  EXPECT_THAT(
+      refusal([] { check_call_arguments(call(CollectiveKind::kRingShift, 16), 0, 2, kBase, 0); }),
+      HasSubstr("recv is null"));
+  // Zero elements need no buffers, and overlap nothing.
+  EXPECT_EQ(refusal([] { check_call_arguments(call(CollectiveKind::kRingShift, 0), 0, 2, 0, 0); }),
+            "");
+  EXPECT_EQ(refusal([] {
+              check_call_arguments(call(CollectiveKind::kRingShift, 0), 0, 2, kBase, kBase);
+            }),
+            "");
+  // Any dtype: data is moved, never reduced.
+  for (const ElemType dtype : {ElemType::e4m3, ElemType::e5m2, ElemType::u8, ElemType::e8m0}) {
+    EXPECT_EQ(refusal([dtype] {
+                check_call_arguments(call(CollectiveKind::kRingShift, 16, dtype), 0, 2, kBase,
+                                     kBase + 16);
+              }),
+              "")
+        << to_string(dtype);
+  }
+  // Element alignment as for every kind that reads send on every rank.
+  EXPECT_THAT(refusal([] {
+                check_element_alignment(call(CollectiveKind::kRingShift, 4, ElemType::bf16), 0, 2,
+                                        kBase + 1, kBase + 64);
+              }),
+              HasSubstr("send is not aligned to its 2-byte elements"));
+}
+
+TEST(CallArgumentChecks, RingShiftIsDescribedAndComparedLikeTheOtherKinds) {
+  EXPECT_EQ(collective_name(CollectiveKind::kRingShift), "ring_shift");
+  const CollectiveCall a = call(CollectiveKind::kRingShift, 7, ElemType::e4m3);
+  EXPECT_EQ(describe(a), "ring_shift #0 (count=7, dtype=e4m3)");
+  EXPECT_TRUE(same_collective(a, call(CollectiveKind::kRingShift, 7, ElemType::e4m3)));
+  // op and root are not part of a ring_shift.
+  EXPECT_TRUE(
+      same_collective(a, call(CollectiveKind::kRingShift, 7, ElemType::e4m3, ReduceOp::kMax, 1)));
+  EXPECT_FALSE(same_collective(a, call(CollectiveKind::kRingShift, 8, ElemType::e4m3)));
+  EXPECT_FALSE(same_collective(a, call(CollectiveKind::kRingShift, 7, ElemType::e5m2)));
+  EXPECT_FALSE(same_collective(a, call(CollectiveKind::kAllGather, 7, ElemType::e4m3)));
+  const CollectiveCall calls[] = {a, call(CollectiveKind::kRingShift, 9, ElemType::e4m3)};
+  EXPECT_EQ(first_disagreeing_rank(calls), 1);
+  EXPECT_THAT(describe_disagreement(calls, 1),
+              HasSubstr("rank 1 called ring_shift #0 (count=9, dtype=e4m3) but rank 0 called "
+                        "ring_shift #0 (count=7, dtype=e4m3)"));
+}
+
 TEST(CallArgumentChecks, NullBuffersAndRootsAreChecked) {
   EXPECT_THAT(
       refusal([] { check_call_arguments(call(CollectiveKind::kAllReduce, 16), 0, 2, 0, kBase); }),

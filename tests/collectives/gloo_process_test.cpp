@@ -23,11 +23,12 @@ struct Exit {
 
 // Starts ranks [0, started) of a `world`-rank job; returns their exit codes,
 // killing any still running after `limit` so a hang fails instead of blocking.
-std::vector<Exit> run_processes(int world, int started, int timeout_ms,
-                                std::chrono::seconds limit) {
+// `mode` is the rank program's FP8C_TEST_MODE (gloo_rank_process.cpp).
+std::vector<Exit> run_processes(int world, int started, int timeout_ms, std::chrono::seconds limit,
+                                const std::string& mode = "") {
   const auto store = std::filesystem::temp_directory_path() /
                      ("fp8c_gloo_store_" + std::to_string(::getpid()) + "_" +
-                      std::to_string(world) + "_" + std::to_string(started));
+                      std::to_string(world) + "_" + std::to_string(started) + mode);
   std::filesystem::remove_all(store);
   std::vector<pid_t> pids;
   for (int rank = 0; rank < started; ++rank) {
@@ -40,6 +41,7 @@ std::vector<Exit> run_processes(int world, int started, int timeout_ms,
     env_text.push_back("MASTER_PORT=29500");
     env_text.push_back("FP8C_TEST_STORE_DIR=" + store.string());
     env_text.push_back("FP8C_TEST_TIMEOUT_MS=" + std::to_string(timeout_ms));
+    if (!mode.empty()) env_text.push_back("FP8C_TEST_MODE=" + mode);
     std::vector<char*> env;
     for (std::string& text : env_text) env.push_back(text.data());
     env.push_back(nullptr);
@@ -76,6 +78,40 @@ TEST(GlooProcessTest, FourProcessesRunCollectivesThroughFileStore) {
   for (std::size_t rank = 0; rank < exits.size(); ++rank) {
     EXPECT_TRUE(exits[rank].finished) << "rank " << rank << " hung";
     EXPECT_EQ(exits[rank].code, 0) << "rank " << rank;
+  }
+}
+
+void expect_every_rank_succeeded(const std::vector<Exit>& exits) {
+  for (std::size_t rank = 0; rank < exits.size(); ++rank) {
+    EXPECT_TRUE(exits[rank].finished) << "rank " << rank << " hung";
+    EXPECT_EQ(exits[rank].code, 0) << "rank " << rank;
+  }
+}
+
+// ring_shift between processes: bit-exact data with untouched guard bytes
+// on several dtypes and counts, count 0; then a mismatched count
+// (kMismatch on every rank) and overlapping buffers (kInvalidArgument).
+TEST(GlooProcessTest, TwoProcessesRingShiftBitForBit) {
+  expect_every_rank_succeeded(run_processes(2, 2, 20000, std::chrono::seconds(40), "ring_shift"));
+}
+
+TEST(GlooProcessTest, ThreeProcessesRingShiftBitForBit) {
+  expect_every_rank_succeeded(run_processes(3, 3, 20000, std::chrono::seconds(40), "ring_shift"));
+}
+
+TEST(GlooProcessTest, RingShiftMismatchFailsOnEveryProcess) {
+  for (const int world : {2, 3}) {
+    SCOPED_TRACE(std::to_string(world) + " processes");
+    expect_every_rank_succeeded(
+        run_processes(world, world, 20000, std::chrono::seconds(40), "ring_shift_mismatch"));
+  }
+}
+
+TEST(GlooProcessTest, RingShiftOverlapIsRefusedOnEveryProcess) {
+  for (const int world : {2, 3}) {
+    SCOPED_TRACE(std::to_string(world) + " processes");
+    expect_every_rank_succeeded(
+        run_processes(world, world, 20000, std::chrono::seconds(40), "ring_shift_overlap"));
   }
 }
 

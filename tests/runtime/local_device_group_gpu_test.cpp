@@ -1,7 +1,8 @@
 // The single-GPU multi-rank communicator against the CPU in-process group on
 // the same data, bit for bit: every collective, out of place and in place,
-// for 1, 2, 3, 4 and 8 ranks (one host thread each), with NaN, infinities,
-// signed zeros and overflow in the reductions. Then the failures: a missing
+// ring_shift included (with guard bytes around its recv), for 1, 2, 3, 4 and
+// 8 ranks (one host thread each), with NaN, infinities, signed zeros and
+// overflow in the reductions. Then the failures: a missing
 // rank times out, disagreeing calls are a mismatch on every rank, a refused
 // call and abort() poison the group. Skipped, visibly, without a GPU.
 #include <gmock/gmock.h>
@@ -55,6 +56,9 @@ struct Case {
     return (kind == CollectiveKind::kAllGather ? static_cast<std::size_t>(size) : 1) * count *
            element();
   }
+  // Bytes of 0xCD before and after ring_shift's recv that must survive it
+  // (the results compared include them).
+  std::size_t guard() const { return kind == CollectiveKind::kRingShift ? 256 : 0; }
 };
 
 std::vector<Case> cases() {
@@ -83,6 +87,14 @@ std::vector<Case> cases() {
   all.push_back({K::kAllGather, ElemType::e4m3, ReduceOp::kSum, 1'100'003});
   all.push_back({K::kBroadcast, ElemType::e4m3, ReduceOp::kSum, 4097, false, 0});
   all.push_back({K::kAllReduce, ElemType::bf16, ReduceOp::kSum, 0});
+  // ring_shift: any dtype, odd counts, two above 1 MiB.
+  all.push_back({K::kRingShift, ElemType::e4m3, ReduceOp::kSum, 1'100'003});
+  all.push_back({K::kRingShift, ElemType::fp32, ReduceOp::kSum, 300'007});
+  all.push_back({K::kRingShift, ElemType::e5m2, ReduceOp::kSum, 4099});
+  all.push_back({K::kRingShift, ElemType::bf16, ReduceOp::kSum, 1537});
+  all.push_back({K::kRingShift, ElemType::u8, ReduceOp::kSum, 7});
+  all.push_back({K::kRingShift, ElemType::fp64, ReduceOp::kSum, 1});
+  all.push_back({K::kRingShift, ElemType::e4m3, ReduceOp::kSum, 0});
   return all;
 }
 
@@ -179,7 +191,7 @@ std::vector<std::vector<Bytes>> cpu_outputs(const std::vector<Case>& all,
           const Case& c = all[k];
           const Bytes& in = inputs[k][r];
           Bytes& result = out[k][r];
-          result.assign(c.output_bytes(size), 0xCD);
+          result.assign(c.output_bytes(size) + 2 * c.guard(), 0xCD);
           switch (c.kind) {
             case CollectiveKind::kAllGather:
               comm.all_gather(in.data(), result.data(), c.count, c.dtype);
@@ -192,6 +204,9 @@ std::vector<std::vector<Bytes>> cpu_outputs(const std::vector<Case>& all,
               break;
             case CollectiveKind::kBroadcast:
               comm.broadcast(in.data(), result.data(), c.count, c.dtype, c.root_of(size));
+              break;
+            case CollectiveKind::kRingShift:
+              comm.ring_shift(in.data(), result.data() + c.guard(), c.count, c.dtype);
               break;
             case CollectiveKind::kBarrier:
               break;
@@ -206,12 +221,12 @@ std::vector<std::vector<Bytes>> cpu_outputs(const std::vector<Case>& all,
 Bytes run_on_gpu(DeviceCommunicator& comm, CUstream stream, const Case& c, const Bytes& in) {
   const int size = comm.size(), r = comm.rank();
   const std::size_t block = c.count * c.element();
-  const std::size_t out_bytes = c.output_bytes(size);
+  const std::size_t out_bytes = c.output_bytes(size) + 2 * c.guard();
   DeviceBuffer send(std::max<std::size_t>(in.size(), 1));
   DeviceBuffer recv(std::max<std::size_t>(out_bytes, 1));
   recv.fill(0xCD, stream);
   FP8C_CU(driver().cuStreamSynchronize(stream));
-  CUdeviceptr send_at = send.get(), recv_at = recv.get(), result_at = recv.get();
+  CUdeviceptr send_at = send.get(), recv_at = recv.get() + c.guard(), result_at = recv.get();
   DeviceBuffer* upload_to = &send;
   std::size_t upload_offset = 0;
   if (c.in_place) {
@@ -229,6 +244,7 @@ Bytes run_on_gpu(DeviceCommunicator& comm, CUstream stream, const Case& c, const
         upload_to = &recv;
         send_at = recv.get();
         break;
+      case CollectiveKind::kRingShift:  // no in-place form
       case CollectiveKind::kBarrier:
         break;
     }
@@ -246,6 +262,9 @@ Bytes run_on_gpu(DeviceCommunicator& comm, CUstream stream, const Case& c, const
       break;
     case CollectiveKind::kBroadcast:
       comm.broadcast(send_at, recv_at, c.count, c.dtype, c.root_of(size), stream);
+      break;
+    case CollectiveKind::kRingShift:
+      comm.ring_shift(send_at, recv_at, c.count, c.dtype, stream);
       break;
     case CollectiveKind::kBarrier:
       break;
@@ -425,6 +444,54 @@ TEST(LocalDeviceGroupFailures, DisagreeingCallsAreAMismatchOnEveryRank) {
     const CollectiveError e = collective_error(failures[r]);
     EXPECT_EQ(e.kind(), FailureKind::kMismatch) << e.what();
     EXPECT_THAT(e.detail(), ::testing::HasSubstr("rank 2"));
+  }
+}
+
+TEST(LocalDeviceGroupFailures, RingShiftCountsAndDtypesMustAgree) {
+  REQUIRE_GPU();
+  constexpr int kSize = 3;
+  gpu().device->make_current();
+  LocalDeviceGroup group(kSize, kTimeout, *gpu().jit);
+  const auto failures = run_ranks_on_gpu(group, [&](DeviceCommunicator& comm, CUstream stream) {
+    RankBuffers b(kSize);
+    comm.ring_shift(b.send.get(), b.recv.get(), 16, ElemType::e4m3, stream);
+    const std::size_t count = comm.rank() == 2 ? 17 : 16;
+    comm.ring_shift(b.send.get(), b.recv.get(), count, ElemType::e4m3, stream);
+  });
+  for (int r = 0; r < kSize; ++r) {
+    ASSERT_NE(failures[r], nullptr) << "rank " << r;
+    const CollectiveError e = collective_error(failures[r]);
+    EXPECT_EQ(e.kind(), FailureKind::kMismatch) << e.what();
+    EXPECT_THAT(e.detail(), ::testing::HasSubstr("rank 2 called ring_shift #1 (count=17"));
+  }
+
+  LocalDeviceGroup dtypes(2, kTimeout, *gpu().jit);
+  const auto dtype_failures =
+      run_ranks_on_gpu(dtypes, [&](DeviceCommunicator& comm, CUstream stream) {
+        RankBuffers b(2);
+        const ElemType dtype = comm.rank() == 1 ? ElemType::u8 : ElemType::e4m3;
+        comm.ring_shift(b.send.get(), b.recv.get(), 16, dtype, stream);
+      });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_NE(dtype_failures[r], nullptr) << "rank " << r;
+    EXPECT_EQ(collective_error(dtype_failures[r]).kind(), FailureKind::kMismatch);
+  }
+}
+
+TEST(LocalDeviceGroupFailures, RingShiftRefusesOverlappingBuffers) {
+  REQUIRE_GPU();
+  gpu().device->make_current();
+  LocalDeviceGroup group(2, kTimeout, *gpu().jit);
+  const auto failures = run_ranks_on_gpu(group, [&](DeviceCommunicator& comm, CUstream stream) {
+    RankBuffers b(2);
+    comm.ring_shift(b.send.get(), b.send.get() + 4 * comm.rank(), 8, ElemType::fp32, stream);
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_NE(failures[r], nullptr) << "rank " << r;
+    const CollectiveError e = collective_error(failures[r]);
+    EXPECT_EQ(e.kind(), FailureKind::kInvalidArgument) << e.what();
+    EXPECT_THAT(e.detail(),
+                ::testing::HasSubstr("send and recv overlap; ring_shift has no in-place form"));
   }
 }
 

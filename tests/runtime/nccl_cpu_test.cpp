@@ -83,6 +83,9 @@ TEST(NcclLibrary, InstalledLibraryLoadsAndMakesUniqueIdsWithoutGpu) {
     GTEST_SKIP() << "no NCCL here: " << e.what();
   }
   EXPECT_GE(api.version, kMinimumNcclVersion);
+  // ring_shift's point-to-point entry points.
+  EXPECT_NE(api.ncclSend, nullptr);
+  EXPECT_NE(api.ncclRecv, nullptr);
   ncclUniqueId id;
   EXPECT_EQ(api.ncclGetUniqueId(&id), ncclSuccess);
   EXPECT_THAT(nccl_error_text(api, ncclRemoteError, nullptr), HasSubstr("NCCL error 6"));

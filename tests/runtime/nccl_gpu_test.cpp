@@ -1,5 +1,6 @@
 // The NCCL communicator on one GPU, world size 1 (no network, no second
-// process): every collective, FP8 types included, moves exactly the input;
+// process): every collective, FP8 types included, moves exactly the input
+// (ring_shift: NCCL send/recv to itself, guard bytes around recv intact);
 // synchronize returns on healthy work; a refused call and abort() poison it.
 // Skipped, visibly, without a GPU or without libnccl.
 #include <gmock/gmock.h>
@@ -7,6 +8,7 @@
 
 #include "gpu_fixture.hpp"
 
+#include <algorithm>
 #include <numeric>
 #include <random>
 
@@ -84,6 +86,11 @@ TEST(NcclGpu, SingleRankCollectivesMoveTheInputExactly) {
     comm->synchronize(stream.get());
     EXPECT_EQ(download(recv.get(), bytes), in) << "broadcast " << name;
 
+    recv.fill(0xCD, stream.get());
+    comm->ring_shift(send.get(), recv.get(), c.count, c.dtype, stream.get());
+    comm->synchronize(stream.get());
+    EXPECT_EQ(download(recv.get(), bytes), in) << "ring_shift " << name;
+
     if (!collectives::is_reducible(c.dtype)) continue;
     for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
       recv.fill(0xCD, stream.get());
@@ -105,6 +112,52 @@ TEST(NcclGpu, SingleRankCollectivesMoveTheInputExactly) {
   comm->synchronize(stream.get());
   EXPECT_EQ(download(buffer.get(), in.size()), in);
   EXPECT_FALSE(comm->poisoned());
+}
+
+// One rank: send/recv to itself. Odd sizes above 1 MiB, guard bytes around
+// recv, count 0 with null buffers, then overlap refused and poisoning.
+TEST(NcclGpu, SingleRankRingShiftCopiesExactlyAndRefusesOverlap) {
+  REQUIRE_GPU();
+  REQUIRE_NCCL();
+  const auto comm = single_rank();
+  const Stream stream;
+  constexpr std::size_t kGuard = 256;
+  struct Case {
+    ElemType dtype;
+    std::size_t count;
+  };
+  const Case all[] = {{ElemType::e4m3, 1'100'003},
+                      {ElemType::u8, 7},
+                      {ElemType::e5m2, 1},
+                      {ElemType::fp32, 300'007},
+                      {ElemType::bf16, 1537}};
+  unsigned seed = 100;
+  for (const Case& c : all) {
+    const std::size_t bytes = c.count * element_bytes(c.dtype);
+    const Bytes in = finite_input(bytes, seed++);
+    DeviceBuffer send(bytes), recv(bytes + 2 * kGuard);
+    send.upload(in.data(), bytes);
+    recv.fill(0xCD, stream.get());
+    comm->ring_shift(send.get(), recv.get() + kGuard, c.count, c.dtype, stream.get());
+    comm->synchronize(stream.get());
+    Bytes expected(bytes + 2 * kGuard, 0xCD);
+    std::copy(in.begin(), in.end(), expected.begin() + kGuard);
+    EXPECT_EQ(download(recv.get(), expected.size()), expected)
+        << to_string(c.dtype) << " count=" << c.count;
+  }
+  comm->ring_shift(0, 0, 0, ElemType::e4m3, stream.get());
+  comm->synchronize(stream.get());
+  EXPECT_FALSE(comm->poisoned());
+
+  DeviceBuffer buffer(256);
+  try {
+    comm->ring_shift(buffer.get(), buffer.get() + 4, 16, ElemType::fp32, stream.get());
+    FAIL() << "overlapping ring_shift accepted";
+  } catch (const CollectiveError& e) {
+    EXPECT_EQ(e.kind(), FailureKind::kInvalidArgument) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr("send and recv overlap; ring_shift has no in-place form"));
+  }
+  EXPECT_TRUE(comm->poisoned());
 }
 
 TEST(NcclGpu, SynchronizeReturnsOnHealthyWorkManyCollectivesDeep) {
