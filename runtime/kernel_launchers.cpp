@@ -10,6 +10,25 @@ LoadedKernel::LoadedKernel(const Jit& jit, const KernelSource& source)
       module_(compiled_.cubin),
       function_(module_.function(compiled_.entry)) {}
 
+RingSumLauncher::RingSumLauncher(const Jit& jit, const RingSumKernel& kernel)
+    : kernel_(kernel), loaded_(jit, emit_cuda(kernel)) {}
+
+void RingSumLauncher::launch(CUdeviceptr sum_in, CUdeviceptr partial, CUdeviceptr out,
+                             std::uint64_t count, bool last, CUstream stream) const {
+  if (count == 0) return;
+  if (partial == 0 || out == 0 || (last && sum_in == 0))
+    throw std::invalid_argument(kernel_.name() + ": null buffer");
+  int last_flag = last ? 1 : 0;
+  unsigned long long n = count;
+  void* args[] = {&sum_in, &partial, &out, &n, &last_flag};
+  LaunchShape shape;
+  // A few waves of the H200's 132 SMs; the loop strides over the rest.
+  const std::uint64_t blocks = (count + kRingSumThreads - 1) / kRingSumThreads;
+  shape.grid[0] = static_cast<unsigned>(blocks < 132 * 16 ? blocks : 132 * 16);
+  shape.block[0] = kRingSumThreads;
+  runtime::launch(loaded_.function(), shape, stream, args);
+}
+
 TransposeLauncher::TransposeLauncher(const Jit& jit, const TransposeKernel& kernel)
     : kernel_(kernel), loaded_(jit, emit_cuda(kernel)) {}
 

@@ -1,4 +1,4 @@
-// Compiled, loaded TransposeKernel, PermuteKernel and ScaleUpdateKernel and
+// Compiled, loaded TransposeKernel, PermuteKernel, ScaleUpdateKernel and RingSumKernel and
 // how to launch them; shared by the executor, the GPU tests and benchmarks.
 // All pointers are device pointers.
 #pragma once
@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "codegen/kernels/permute.hpp"
+#include "codegen/kernels/ring_sum.hpp"
 #include "codegen/kernels/scale_update.hpp"
 #include "codegen/kernels/transpose.hpp"
 #include "runtime/device.hpp"
@@ -24,6 +25,21 @@ class LoadedKernel {
   CompiledKernel compiled_;
   Module module_;
   CUfunction function_;
+};
+
+class RingSumLauncher {
+ public:
+  RingSumLauncher(const Jit& jit, const RingSumKernel& kernel);
+  const RingSumKernel& kernel() const { return kernel_; }
+  // One step of a ring reduce-scatter's chain over `count` elements
+  // (codegen/kernels/ring_sum.hpp): out (fp32) = sum_in + partial, or
+  // out (the partials' type) = the sum rounded once where `last`.
+  void launch(CUdeviceptr sum_in, CUdeviceptr partial, CUdeviceptr out, std::uint64_t count,
+              bool last, CUstream stream) const;
+
+ private:
+  RingSumKernel kernel_;
+  LoadedKernel loaded_;
 };
 
 class TransposeLauncher {

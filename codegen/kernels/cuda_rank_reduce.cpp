@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "codegen/kernels/cuda_prelude.hpp"
+#include "codegen/kernels/cuda_rank_arith.hpp"
 #include "codegen/kernels/rank_reduce.hpp"
 
 namespace fp8c {
@@ -100,57 +101,6 @@ __device__ __forceinline__ u16 narrow(float value) {
 }
 )";
 
-std::string element_helpers(ElemType element) {
-  std::string s;
-  switch (element) {
-    case ElemType::fp32:
-      s = "typedef float elem_t;\ntypedef float acc_t;\ntypedef float cmp_t;\n";
-      s += "__device__ __forceinline__ float widen(float x) { return x; }\n";
-      s += "__device__ __forceinline__ float narrow(float x) { return x; }\n";
-      s += kFloatAdd;
-      break;
-    case ElemType::fp64:
-      s = "typedef double elem_t;\ntypedef double acc_t;\ntypedef double cmp_t;\n";
-      s += "__device__ __forceinline__ double widen(double x) { return x; }\n";
-      s += "__device__ __forceinline__ double narrow(double x) { return x; }\n";
-      s += kDoubleAdd;
-      break;
-    case ElemType::bf16:
-      s = std::string(kShiftRightRne) + kBf16 + kFloatAdd;
-      break;
-    case ElemType::fp16:
-      s = std::string(kShiftRightRne) + kF16 + kFloatAdd;
-      break;
-    case ElemType::i32:
-      // Sums in unsigned arithmetic: wraps modulo 2^32 like the CPU reference.
-      s = "typedef int elem_t;\ntypedef u32 acc_t;\ntypedef int cmp_t;\n";
-      s += "__device__ __forceinline__ u32 widen(int x) { return u32(x); }\n";
-      s += "__device__ __forceinline__ int narrow(u32 x) { return int(x); }\n";
-      s += "__device__ __forceinline__ u32 add(u32 a, u32 b) { return a + b; }\n";
-      break;
-    case ElemType::u8:
-      s = "typedef u8 elem_t;\ntypedef u32 acc_t;\ntypedef u32 cmp_t;\n";
-      s += "__device__ __forceinline__ u32 widen(u8 x) { return u32(x); }\n";
-      s += "__device__ __forceinline__ u8 narrow(u32 x) { return u8(x); }\n";
-      s += "__device__ __forceinline__ u32 add(u32 a, u32 b) { return a + b; }\n";
-      break;
-    case ElemType::e4m3:
-    case ElemType::e5m2:
-    case ElemType::e8m0:
-      throw std::invalid_argument("rank_reduce: " + std::string(to_string(element)) +
-                                  " is never reduced");
-  }
-  const bool is_float = element == ElemType::fp32 || element == ElemType::fp64 ||
-                        element == ElemType::bf16 || element == ElemType::fp16;
-  s += "__device__ __forceinline__ cmp_t to_cmp(elem_t x) { return ";
-  s += element == ElemType::bf16 || element == ElemType::fp16 ? "widen(x)" : "cmp_t(x)";
-  s += "; }\n";
-  s += "__device__ __forceinline__ bool is_nan_cmp(cmp_t x) { return ";
-  s += is_float ? "x != x" : "false";
-  s += "; }\n";
-  return s;
-}
-
 // The loop body for one element i of one output; `in(r)` is rank r's input.
 constexpr const char* kSumBody = R"(
     acc_t total = widen(first);
@@ -202,6 +152,57 @@ std::string_view kernel_name_of(ElemType element) {
 
 }  // namespace
 
+std::string rank_element_helpers(ElemType element) {
+  std::string s;
+  switch (element) {
+    case ElemType::fp32:
+      s = "typedef float elem_t;\ntypedef float acc_t;\ntypedef float cmp_t;\n";
+      s += "__device__ __forceinline__ float widen(float x) { return x; }\n";
+      s += "__device__ __forceinline__ float narrow(float x) { return x; }\n";
+      s += kFloatAdd;
+      break;
+    case ElemType::fp64:
+      s = "typedef double elem_t;\ntypedef double acc_t;\ntypedef double cmp_t;\n";
+      s += "__device__ __forceinline__ double widen(double x) { return x; }\n";
+      s += "__device__ __forceinline__ double narrow(double x) { return x; }\n";
+      s += kDoubleAdd;
+      break;
+    case ElemType::bf16:
+      s = std::string(kShiftRightRne) + kBf16 + kFloatAdd;
+      break;
+    case ElemType::fp16:
+      s = std::string(kShiftRightRne) + kF16 + kFloatAdd;
+      break;
+    case ElemType::i32:
+      // Sums in unsigned arithmetic: wraps modulo 2^32 like the CPU reference.
+      s = "typedef int elem_t;\ntypedef u32 acc_t;\ntypedef int cmp_t;\n";
+      s += "__device__ __forceinline__ u32 widen(int x) { return u32(x); }\n";
+      s += "__device__ __forceinline__ int narrow(u32 x) { return int(x); }\n";
+      s += "__device__ __forceinline__ u32 add(u32 a, u32 b) { return a + b; }\n";
+      break;
+    case ElemType::u8:
+      s = "typedef u8 elem_t;\ntypedef u32 acc_t;\ntypedef u32 cmp_t;\n";
+      s += "__device__ __forceinline__ u32 widen(u8 x) { return u32(x); }\n";
+      s += "__device__ __forceinline__ u8 narrow(u32 x) { return u8(x); }\n";
+      s += "__device__ __forceinline__ u32 add(u32 a, u32 b) { return a + b; }\n";
+      break;
+    case ElemType::e4m3:
+    case ElemType::e5m2:
+    case ElemType::e8m0:
+      throw std::invalid_argument("rank_reduce: " + std::string(to_string(element)) +
+                                  " is never reduced");
+  }
+  const bool is_float = element == ElemType::fp32 || element == ElemType::fp64 ||
+                        element == ElemType::bf16 || element == ElemType::fp16;
+  s += "__device__ __forceinline__ cmp_t to_cmp(elem_t x) { return ";
+  s += element == ElemType::bf16 || element == ElemType::fp16 ? "widen(x)" : "cmp_t(x)";
+  s += "; }\n";
+  s += "__device__ __forceinline__ bool is_nan_cmp(cmp_t x) { return ";
+  s += is_float ? "x != x" : "false";
+  s += "; }\n";
+  return s;
+}
+
 std::string RankReduceKernel::name() const {
   return std::string("rank_reduce_") + (op == RankReduceOp::sum ? "sum_" : "max_") +
          std::string(kernel_name_of(element));
@@ -213,7 +214,7 @@ KernelSource emit_cuda(const RankReduceKernel& k) {
   std::string s = cuda_prelude();
   s += "#define MAX_RANKS " + std::to_string(kRankMaxRanks) + "\n";
   s += "struct RankPointers { u64 p[MAX_RANKS]; };\n";
-  s += element_helpers(k.element);
+  s += rank_element_helpers(k.element);
   s += "\nextern \"C\" __global__ void __launch_bounds__(" + std::to_string(kRankReduceThreads) +
        ")\n" + k.name();
   s += R"((RankPointers inputs, int ranks, u64 input_stride, RankPointers outputs, u64 count) {

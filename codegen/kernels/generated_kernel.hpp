@@ -10,6 +10,7 @@
 #include "codegen/kernels/epilogue.hpp"
 #include "codegen/kernels/permute.hpp"
 #include "codegen/kernels/quantize.hpp"
+#include "codegen/kernels/ring_sum.hpp"
 #include "codegen/kernels/scale_update.hpp"
 #include "codegen/kernels/transpose.hpp"
 
@@ -17,7 +18,8 @@ namespace fp8c {
 
 struct GeneratedKernel {
   std::variant<QuantizeKernel, BlockQuantizeKernel, TransposeKernel, PermuteKernel,
-               ScaleUpdateKernel, EpilogueKernel, DequantizeKernel, DbiasReduceKernel>
+               ScaleUpdateKernel, EpilogueKernel, DequantizeKernel, DbiasReduceKernel,
+               RingSumKernel>
       description;
 
   std::string name() const;

@@ -25,7 +25,9 @@ class Lowering {
   LoweredLayer run() {
     nan_verdict();
     lower_pass(plan_.forward, out_.forward);
+    rings(plan_.forward, out_.forward);
     lower_pass(plan_.backward, out_.backward);
+    rings(plan_.backward, out_.backward);
     lower_pass(plan_.update, out_.update);
     out_.forward_order = schedule_pass(plan_.forward, out_.forward, options_.side_stream);
     out_.backward_order = schedule_pass(plan_.backward, out_.backward, options_.side_stream);
@@ -122,6 +124,29 @@ class Lowering {
                 "(LayerInputs::w_version)");
   }
 
+  // overlap = ring: each collective that runs as a ring is marked, with
+  // its GEMM (ring.hpp); those that cannot say why in the notes.
+  void rings(const std::vector<Step>& steps, std::vector<LoweredStep>& lowered) {
+    const RingChoice choice = choose_rings(layer_, plan_, steps);
+    for (const std::string& why : choice.bulk) note_once("overlap = ring: " + why);
+    for (const Ring& r : choice.rings) {
+      LoweredStep& c = lowered[static_cast<std::size_t>(r.collective)];
+      LoweredStep& g = lowered[static_cast<std::size_t>(r.gemm)];
+      for (auto& a : c.actions)
+        if (auto* call = std::get_if<CollectiveCall>(&a)) call->ring_gemm = r.gemm;
+      for (auto& a : g.actions)
+        if (auto* call = std::get_if<GemmCall>(&a)) {
+          call->ring = r.form;
+          call->ring_collective = r.collective;
+        }
+      if (r.form != RingForm::scatter_rows) continue;
+      const auto& rs = *steps[static_cast<std::size_t>(r.collective)].as<ReduceScatterStep>();
+      launch(g, LaunchRole::ring_sum, {RingSumKernel{t(rs.in).type}});
+      out_.staging.ring_sums =
+          std::max(out_.staging.ring_sums, 4 * round_up(t(rs.out).elements() * 4, 256));
+    }
+  }
+
   // What `overlap =` does with this layer's collectives, said once.
   void note_overlap() {
     switch (layer_.layout.overlap) {
@@ -135,8 +160,11 @@ class Lowering {
         return;
       case Overlap::ring:
         note_once(
-            "overlap = ring runs as bulk: each collective whole on the communication stream "
-            "(the ring of per-rank chunks pipelined with GEMM chunks is not built yet)");
+            "overlap = ring: an all-gather read by one GEMM alone (by rows of its A, or by rank "
+            "segments of K) and a reduce-scatter of one GEMM's output rows run as rings of "
+            "ranks - 1 shifts to the next rank on the communication stream, each rank chunk's "
+            "GEMM as soon as its segment is there (a reduce-scatter's chunks summed in fp32 as "
+            "they travel, rounded once by their owner); the other collectives as bulk");
         return;
     }
   }
@@ -738,6 +766,8 @@ std::string_view to_string(LaunchRole r) {
       return "scale_layout_b";
     case LaunchRole::activation_after_gemm:
       return "activation_after_gemm";
+    case LaunchRole::ring_sum:
+      return "ring_sum";
   }
   return "?";
 }

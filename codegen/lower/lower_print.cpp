@@ -8,7 +8,7 @@
 namespace fp8c {
 namespace {
 
-std::string describe(const GemmCall& g) {
+std::string describe(const GemmCall& g, std::uint32_t ranks) {
   std::string s = "gemm " + std::string(to_string(g.role)) + " on " + g.backend + ", ";
   switch (g.operands) {
     case GemmCall::Operands::fp8:
@@ -28,6 +28,23 @@ std::string describe(const GemmCall& g) {
   if (g.segments > 1) s += ", " + std::to_string(g.segments) + " K segments (accumulating)";
   if (g.pad_scales_a || g.pad_scales_b)
     s += std::string(", 128x128 scales of ") + (g.pad_scales_a ? "A" : "B") + " padded";
+  const std::string n = std::to_string(ranks);
+  switch (g.ring) {
+    case RingForm::none:
+      break;
+    case RingForm::gather_rows:
+      s += ", ring of step " + std::to_string(g.ring_collective) + ": " + n +
+           " row chunks, each as its rank segment arrives";
+      break;
+    case RingForm::gather_k:
+      s += ", ring of step " + std::to_string(g.ring_collective) + ": the " + n +
+           " K segments in the order they arrive";
+      break;
+    case RingForm::scatter_rows:
+      s += ", ring of step " + std::to_string(g.ring_collective) + ": " + n +
+           " row chunks, each added to the running sum from the previous rank and sent on";
+      break;
+  }
   return s;
 }
 
@@ -51,18 +68,24 @@ void print_pass(std::ostringstream& o, const LayerPlan& lp, const char* name,
       << (weight_cache && lowered[i].weight_only ? " (weight only: skipped while cached)" : "")
       << (lowered[i].on_side_stream ? " [side stream]" : "") << "\n";
     for (const auto& action : lowered[i].actions)
-      std::visit(Overloaded{
-                     [&](const KernelLaunch& k) {
-                       o << "         launch " << k.kernel.name() << " (" << to_string(k.role)
-                         << ")\n";
-                     },
-                     [&](const GemmCall& g) { o << "         " << describe(g) << "\n"; },
-                     [&](const CollectiveCall& c) {
-                       o << "         collective " << to_string(c.kind) << " on the "
-                         << (c.on_comm_stream ? "communication" : "main") << " stream\n";
-                     },
-                 },
-                 action);
+      std::visit(
+          Overloaded{
+              [&](const KernelLaunch& k) {
+                o << "         launch " << k.kernel.name() << " (" << to_string(k.role) << ")\n";
+              },
+              [&](const GemmCall& g) { o << "         " << describe(g, lp.ranks) << "\n"; },
+              [&](const CollectiveCall& c) {
+                o << "         collective " << to_string(c.kind);
+                if (c.ring_gemm >= 0)
+                  o << " as a ring of " << lp.ranks - 1 << (lp.ranks == 2 ? " shift" : " shifts")
+                    << " to the next rank, run "
+                    << "by step " << c.ring_gemm << " on the "
+                    << (c.on_comm_stream ? "communication" : "main") << " stream\n";
+                else
+                  o << " on the " << (c.on_comm_stream ? "communication" : "main") << " stream\n";
+              },
+          },
+          action);
   }
 }
 
@@ -90,6 +113,9 @@ std::string print_lowered(const Plan& plan, const LoweredPlan& lowered) {
       o << "  staging: dz (fp32) " << l.staging.dz_fp32 << " B, dequantized operands "
         << l.staging.dequantized << " B, block scales as cuBLASLt reads them "
         << l.staging.block_scales << " B\n";
+    if (l.staging.ring_sums)
+      o << "  staging: ring running sums (fp32, 2 received + 2 sent) " << l.staging.ring_sums
+        << " B\n";
     o << "  kernels: " << l.kernels.size() << "\n";
   }
   o << "\nkernels to compile: " << lowered.kernels.size() << "\n";

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "codegen/kernels/generated_kernel.hpp"
+#include "codegen/lower/ring.hpp"
 #include "codegen/plan/plan.hpp"
 #include "fp8c/spec.hpp"
 
@@ -38,6 +39,8 @@ enum class LaunchRole {
   scale_layout_b,         // ... and B's, into staging (what the block-scaled GEMM reads)
   activation_after_gemm,  // relu / silu (any activation after a block-scaled GEMM) on
                           // the pre-activation the GEMM wrote
+  ring_sum,               // overlap = ring, scatter_rows: a chunk's partial added to the
+                          // running sum that arrived (ring.hpp)
 };
 
 struct KernelLaunch {
@@ -74,11 +77,18 @@ struct GemmCall {
   // each row padded to a multiple of 4 blocks, the layout cuBLASLt reads.
   bool pad_scales_a = false;
   bool pad_scales_b = false;
+  // overlap = ring (ring.hpp): the GEMM runs chunk by chunk inside the ring
+  // of the collective at step ring_collective, which this step issues.
+  RingForm ring = RingForm::none;
+  int ring_collective = -1;
 };
 
 struct CollectiveCall {
   StepKind kind = StepKind::all_gather;
   bool on_comm_stream = false;  // overlap = bulk / ring: a second stream, ordered by events
+  // overlap = ring: the collective is the ring of step ring_gemm's GEMM and
+  // runs there, chunk by chunk; this step itself issues nothing.
+  int ring_gemm = -1;
 };
 
 using LoweredAction = std::variant<KernelLaunch, GemmCall, CollectiveCall>;
@@ -105,6 +115,9 @@ struct StagingSizes {
   // Both block scale tensors of the largest block-scaled FP8 GEMM, as
   // cuBLASLt reads them (1x128 K-block-major, 128x128 rows padded).
   std::uint64_t block_scales = 0;
+  // overlap = ring, scatter_rows: two running sums received and two sent,
+  // fp32, of the largest rank chunk.
+  std::uint64_t ring_sums = 0;
 };
 
 // Under `nan = error`, the verdict each step takes on the device after

@@ -21,6 +21,14 @@ std::vector<int> scratch_of(const LoweredStep& l) {
   return v;
 }
 
+// overlap = ring: the step whose ring this collective step is (it then
+// issues nothing itself), or -1.
+int ring_gemm_of(const LoweredStep& l) {
+  for (const auto& a : l.actions)
+    if (const auto* c = std::get_if<CollectiveCall>(&a)) return c->ring_gemm;
+  return -1;
+}
+
 }  // namespace
 
 std::vector<int> schedule_pass(const std::vector<Step>& steps, std::vector<LoweredStep>& lowered,
@@ -32,6 +40,22 @@ std::vector<int> schedule_pass(const std::vector<Step>& steps, std::vector<Lower
     reads[i] = steps[i].inputs();
     writes[i] = steps[i].outputs();
     for (int scratch : scratch_of(lowered[i])) writes[i].push_back(scratch);
+  }
+  // A ring's GEMM step runs its collective: it reads and writes what the
+  // collective does, and the collective step nothing. Both issue
+  // collectives in the order below as the GEMM step.
+  std::vector<bool> issues_collectives(n, false);
+  for (std::size_t i = 0; i < n; ++i) issues_collectives[i] = steps[i].is_collective();
+  for (std::size_t c = 0; c < n; ++c) {
+    const int g = ring_gemm_of(lowered[c]);
+    if (g < 0) continue;
+    const auto gi = static_cast<std::size_t>(g);
+    reads[gi].insert(reads[gi].end(), reads[c].begin(), reads[c].end());
+    writes[gi].insert(writes[gi].end(), writes[c].begin(), writes[c].end());
+    reads[c].clear();
+    writes[c].clear();
+    issues_collectives[c] = false;
+    issues_collectives[gi] = true;
   }
   const auto touches = [](const std::vector<int>& a, const std::vector<int>& b) {
     for (int x : a)
@@ -120,9 +144,8 @@ std::vector<int> schedule_pass(const std::vector<Step>& steps, std::vector<Lower
       bool ready = true;
       for (int j : lowered[i].after) ready = ready && issued[static_cast<std::size_t>(j)];
       // Collectives in the plan's order (they all run on one stream).
-      if (steps[i].is_collective())
-        for (std::size_t j = 0; j < i; ++j)
-          ready = ready && (issued[j] || !steps[j].is_collective());
+      if (issues_collectives[i])
+        for (std::size_t j = 0; j < i; ++j) ready = ready && (issued[j] || !issues_collectives[j]);
       if (!ready) continue;
       const int r = lowered[i].on_side_stream ? 0 : waits_for_side[i] ? 2 : 1;
       if (r < rank) {

@@ -25,7 +25,10 @@
 // those that wait for no side work before those that do (a GEMM that can
 // start now goes before one that waits for a cast). Collectives keep the
 // plan's order among themselves (all on one stream, main or comm), so every
-// rank issues the same calls in the same order.
+// rank issues the same calls in the same order. A ring (overlap = ring,
+// ring.hpp) is its GEMM's step: that step has the collective's hazards
+// besides its own and takes the collective's place in that order; the
+// collective's step, which issues nothing, has none.
 #pragma once
 
 #include <vector>

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <random>
 
+#include "codegen/lower/ring.hpp"
 #include "codegen/numerics/amax.hpp"
 #include "codegen/numerics/scale.hpp"
 #include "codegen/plan/plan_check.hpp"
 #include "collectives/collective_error.hpp"
+#include "collectives/ring_sum.hpp"
 #include "collectives/segments.hpp"
 #include "runtime/cpu/activation.hpp"
 #include "runtime/cpu/gemm.hpp"
@@ -154,7 +156,13 @@ class RankExecutor {
   }
 
   void run_pass(const char* pass, const std::vector<Step>& steps) {
-    for (const auto& s : steps) {
+    // overlap = ring: the same choice the lowering makes (ring.hpp); the
+    // collectives it picks go round the ring, the GEMMs stay whole (a row
+    // of the output does not depend on how the rows were chunked).
+    rings_ = choose_rings(layer_, plan_, steps).rings;
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      const Step& s = steps[i];
+      step_ = static_cast<int>(i);
       ExecutedStep e;
       e.pass = pass;
       e.kind = s.kind();
@@ -311,6 +319,51 @@ class RankExecutor {
     store_.mark_written(out);
   }
 
+  // overlap = ring, gathers: the own segment into its place, then ranks - 1
+  // shifts, each passing on the segment that arrived last.
+  void ring_gather(int in, int out) {
+    auto send = store_.bytes(in);
+    auto recv = store_.bytes(out);
+    const int rank = comm_.rank(), ranks = comm_.size();
+    if (recv.size() != send.size() * static_cast<std::size_t>(ranks))
+      throw ExecutorError("cpu executor: ring all_gather of " + plan_.tensor(in).name +
+                          " into a buffer of the wrong size");
+    const std::size_t n = send.size();
+    std::copy(send.begin(), send.end(), recv.begin() + static_cast<std::ptrdiff_t>(rank * n));
+    for (int i = 0; i + 1 < ranks; ++i)
+      comm_.ring_shift(recv.data() + gathered_segment(rank, ranks, i) * n,
+                       recv.data() + gathered_segment(rank, ranks, i + 1) * n, n, ElemType::u8);
+    store_.mark_written(out);
+  }
+
+  // overlap = ring, reduce-scatter: at step i this rank adds its partial of
+  // chunk scattered_chunk(rank, ranks, i) to the running sum (fp32) that
+  // arrived and sends it on; the last step's chunk is its own, rounded once
+  // (collectives/ring_sum.hpp).
+  void ring_scatter(int in, int out) {
+    const Tensor& o = plan_.tensor(out);
+    const ElemType dt = summed_type(plan_.tensor(in).type);
+    const std::size_t count = o.elements(), width = element_bytes(dt);
+    const int rank = comm_.rank(), ranks = comm_.size();
+    const auto partial = store_.bytes(in);
+    if (partial.size() != count * width * static_cast<std::size_t>(ranks))
+      throw ExecutorError("cpu executor: ring reduce_scatter of " + plan_.tensor(in).name +
+                          " into a buffer of the wrong size");
+    std::vector<float> sum(count), received(count);
+    for (int i = 0; i < ranks; ++i) {
+      const std::uint8_t* mine =
+          partial.data() +
+          static_cast<std::size_t>(scattered_chunk(rank, ranks, i)) * count * width;
+      if (i + 1 == ranks) {
+        coll::ring_sum_last(received.data(), mine, dt, store_.bytes(out).data(), count);
+        break;
+      }
+      coll::ring_sum_step(i > 0 ? received.data() : nullptr, mine, dt, sum.data(), count);
+      comm_.ring_shift(sum.data(), received.data(), count, ElemType::fp32);
+    }
+    store_.mark_written(out);
+  }
+
   void permute_bytes(int in, int out) {
     const Tensor& t = plan_.tensor(in);
     const auto outer = t.dims[static_cast<std::size_t>(t.outer_dim())].local;
@@ -365,14 +418,23 @@ class RankExecutor {
                    [&](const QuantizeStep& s) { quantize(s, e); },
                    [&](const TransposeStep& s) { transpose_fp8(store_, s.in, s.out); },
                    [&](const AllGatherStep& s) {
-                     gather_bytes(s.in, s.out);
-                     if (s.scales_in != kNoTensor) gather_bytes(s.scales_in, s.scales_out);
+                     const bool ring = ring_of(rings_, step_) != nullptr;
+                     const auto gather = [&](int in, int out) {
+                       ring ? ring_gather(in, out) : gather_bytes(in, out);
+                     };
+                     gather(s.in, s.out);
+                     if (s.scales_in != kNoTensor) gather(s.scales_in, s.scales_out);
                    },
                    [&](const PermuteStep& s) {
                      permute_bytes(s.in, s.out);
                      if (s.scales_in != kNoTensor) permute_bytes(s.scales_in, s.scales_out);
                    },
-                   [&](const ReduceScatterStep& s) { sum(s.in, s.out, true); },
+                   [&](const ReduceScatterStep& s) {
+                     if (ring_of(rings_, step_))
+                       ring_scatter(s.in, s.out);
+                     else
+                       sum(s.in, s.out, true);
+                   },
                    [&](const AllReduceStep& s) { sum(s.in, s.out, false); },
                    [&](const GemmStep& s) { gemm(s); },
                    [&](const EpilogueStep& s) {
@@ -395,6 +457,8 @@ class RankExecutor {
     return r;
   }
 
+  std::vector<Ring> rings_;  // the pass's (run_pass)
+  int step_ = -1;            // the step running, in its pass
   const std::vector<std::string>& capture_;
   const std::vector<Replacement>& replace_;
   const Layer& layer_;

@@ -34,6 +34,8 @@ KernelSet::KernelSet(const Jit& jit, const std::vector<GeneratedKernel>& kernels
             dequantize_.try_emplace(name, std::make_unique<DequantizeLauncher>(jit, d));
           else if constexpr (std::is_same_v<D, DbiasReduceKernel>)
             dbias_reduce_.try_emplace(name, std::make_unique<DbiasReduceLauncher>(jit, d.output));
+          else if constexpr (std::is_same_v<D, RingSumKernel>)
+            ring_sum_.try_emplace(name, std::make_unique<RingSumLauncher>(jit, d));
           else
             static_assert(sizeof(D) == 0, "KernelSet: a GeneratedKernel alternative is not loaded");
         },
@@ -68,6 +70,9 @@ const ScaleUpdateLauncher& KernelSet::scale_update(const ScaleUpdateKernel& k) c
 }
 const DbiasReduceLauncher& KernelSet::dbias_reduce(const DbiasReduceKernel& k) const {
   return find(dbias_reduce_, k.name());
+}
+const RingSumLauncher& KernelSet::ring_sum(const RingSumKernel& k) const {
+  return find(ring_sum_, k.name());
 }
 
 const EpilogueLauncher& KernelSet::epilogue(const EpilogueKernel& k) const {

@@ -33,6 +33,7 @@ class KernelSet {
   const PermuteLauncher& permute(const PermuteKernel& k) const;
   const ScaleUpdateLauncher& scale_update(const ScaleUpdateKernel& k) const;
   const DbiasReduceLauncher& dbias_reduce(const DbiasReduceKernel& k) const;
+  const RingSumLauncher& ring_sum(const RingSumKernel& k) const;
   const EpilogueLauncher& epilogue(const EpilogueKernel& k) const;
   const DequantizeLauncher& dequantize(const DequantizeKernel& k) const;
 
@@ -55,6 +56,7 @@ class KernelSet {
   std::map<std::string, std::unique_ptr<PermuteLauncher>> permute_;
   std::map<std::string, std::unique_ptr<ScaleUpdateLauncher>> scale_update_;
   std::map<std::string, std::unique_ptr<DbiasReduceLauncher>> dbias_reduce_;
+  std::map<std::string, std::unique_ptr<RingSumLauncher>> ring_sum_;
   std::map<std::string, std::unique_ptr<EpilogueLauncher>> epilogue_;
   std::map<std::string, std::unique_ptr<DequantizeLauncher>> dequantize_;
 };

@@ -7,6 +7,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "codegen/lower/ring.hpp"
 #include "codegen/plan/overloaded.hpp"
 
 namespace fp8c::runtime {
@@ -158,6 +159,7 @@ GpuRankExecutor::GpuRankExecutor(const Layer& layer, const LayerPlan& plan,
   if (lowered.staging.dequantized) operand_scratch_ = DeviceBuffer(lowered.staging.dequantized);
   if (lowered.staging.block_scales) scale_scratch_ = DeviceBuffer(lowered.staging.block_scales);
   if (lowered.staging.dz_fp32) staging_ = DeviceBuffer(lowered.staging.dz_fp32);
+  if (lowered.staging.ring_sums) ring_sums_ = DeviceBuffer(lowered.staging.ring_sums);
 }
 
 CUdeviceptr GpuRankExecutor::address(int id) const {
@@ -357,14 +359,17 @@ void GpuRankExecutor::prepare_gemms() {
     explicit Preparing(bool& f) : flag(f) { flag = true; }
     ~Preparing() { flag = false; }
   } preparing(preparing_);
+  gemms_only_ = false;  // the GEMM calls as the passes make them (a ring's chunks)
   for (const auto& [steps, lowered] : {std::pair{&plan_.forward, &lowered_.forward},
-                                       std::pair{&plan_.backward, &lowered_.backward}})
+                                       std::pair{&plan_.backward, &lowered_.backward}}) {
+    pass_steps_ = steps;  // a ring GEMM finds its collective there
     for (std::size_t i = 0; i < steps->size(); ++i)
       if (const auto* g = (*steps)[i].as<GemmStep>()) {
         // cuBLASLt has nothing to ready (and its refusals stay the step's).
         const GemmCall* call = find_action<GemmCall>((*lowered)[i]);
         if (call && call->backend == "generated") gemm(*g, (*lowered)[i]);
       }
+  }
 }
 
 void GpuRankExecutor::synchronize() {
@@ -424,6 +429,8 @@ void GpuRankExecutor::run_pass(const char* pass, const std::vector<Step>& steps,
                                const std::vector<LoweredStep>& lowered,
                                const std::vector<int>& order, bool gemms_only) {
   const CUstream main = r_.stream;
+  pass_steps_ = &steps;
+  gemms_only_ = gemms_only;
   // Each step's stream: the lowering's, where this executor was given it.
   const auto stream_of = [&](const LoweredStep& l) {
     if (const auto* c = find_action<CollectiveCall>(l); c && c->on_comm_stream && r_.comm_stream)
@@ -515,7 +522,11 @@ void GpuRankExecutor::execute(const Step& step, const LoweredStep& l) {
                  [&](const ScaleUpdateStep& s) { scale_update(s, l); },
                  [&](const EpilogueStep& s) { epilogue(s, l); },
                  [&](const GradEpilogueStep& s) { grad_epilogue(s, l); },
-                 [&](const auto&) { collective(step); },
+                 [&](const auto&) {
+                   // A ring's collective runs inside its GEMM's step.
+                   if (const auto* c = find_action<CollectiveCall>(l); !c || c->ring_gemm < 0)
+                     collective(step);
+                 },
              },
              step.op);
 }
@@ -914,7 +925,12 @@ void GpuRankExecutor::gemm(const GemmStep& s, const LoweredStep& l) {
     next = k_block_major_scales(l, LaunchRole::scale_layout_b, s.b, g.b, next);
     next = padded_tile_scales(call->pad_scales_a, g.a, next);
     padded_tile_scales(call->pad_scales_b, g.b, next);
-    run_gemm(s, *call, g);
+    if (call->ring == RingForm::gather_rows && !ring_skipped())
+      ring_gather_rows(s, *call, g, ring_collective<AllGatherStep>(*call));
+    else if (call->ring == RingForm::scatter_rows && !ring_skipped())
+      ring_scatter_rows(s, l, *call, g, ring_collective<ReduceScatterStep>(*call));
+    else
+      run_gemm(s, *call, g);
   } else {
     // A segmented operand ([ranks][rows][k / ranks], gathered along K) is
     // read one rank segment at a time, accumulating into D.
@@ -927,7 +943,19 @@ void GpuRankExecutor::gemm(const GemmStep& s, const LoweredStep& l) {
     k_block_major_scales(l, LaunchRole::scale_layout_b, s.b, b, next);
     const std::int64_t segments = call->segments;
     const std::int64_t k_seg = a.k / segments;
-    for (std::int64_t r = 0; r < segments; ++r) {
+    // overlap = ring: the segments in the order they arrive, each as soon
+    // as it is there.
+    const AllGatherStep* ring = call->ring == RingForm::gather_k && !ring_skipped()
+                                    ? &ring_collective<AllGatherStep>(*call)
+                                    : nullptr;
+    if (ring) ring_gather_begin(*ring);
+    for (std::int64_t n = 0; n < segments; ++n) {
+      std::int64_t r = n;
+      if (ring) {
+        r = gathered_segment(r_.comm.rank(), r_.comm.size(), static_cast<int>(n));
+        if (n + 1 < segments) ring_gather_shift(*ring, static_cast<int>(n));
+        if (!preparing_) FP8C_CU(driver().cuStreamWaitEvent(r_.stream, ring_event(1 + n).get(), 0));
+      }
       const auto view = [&](GemmOperand op, const Tensor& t) {
         const std::size_t elem = element_bytes(t.type);
         if (t.segmented) {  // segment r is its own [rows][k_seg] matrix
@@ -946,7 +974,7 @@ void GpuRankExecutor::gemm(const GemmStep& s, const LoweredStep& l) {
       };
       g.a = view(a, plan_.tensor(s.a));
       g.b = view(b, plan_.tensor(s.b));
-      g.accumulate = s.accumulate || r > 0;
+      g.accumulate = s.accumulate || n > 0;
       run_gemm(s, *call, g);
     }
   }

@@ -173,6 +173,19 @@ class GpuRankExecutor {
   void amax(const AmaxStep& s, const LoweredStep& l);
   void gemm(const GemmStep& s, const LoweredStep& l);
   void run_gemm(const GemmStep& s, const GemmCall& call, const GemmArgs& g);
+  // overlap = ring (codegen/lower/ring.hpp), inside the GEMM step.
+  CUstream ring_stream() const { return r_.comm_stream ? r_.comm_stream : r_.stream; }
+  // GEMMs alone, or collectives skipped: a ring GEMM runs whole.
+  bool ring_skipped() const { return skip_collectives_ || gemms_only_; }
+  Event& ring_event(std::size_t i);
+  void ring_gather_begin(const AllGatherStep& ag);
+  void ring_gather_shift(const AllGatherStep& ag, int shift);
+  void ring_gather_rows(const GemmStep& s, const GemmCall& call, const GemmArgs& g,
+                        const AllGatherStep& ag);
+  void ring_scatter_rows(const GemmStep& s, const LoweredStep& l, const GemmCall& call,
+                         const GemmArgs& g, const ReduceScatterStep& rs);
+  template <typename T>
+  const T& ring_collective(const GemmCall& call) const;
   void permute(const PermuteStep& s, const LoweredStep& l);
   void collective(const Step& s);
   void scale_update(const ScaleUpdateStep& s, const LoweredStep& l);
@@ -203,10 +216,14 @@ class GpuRankExecutor {
   RankResources r_;
   DeviceLayerState& state_;
   DeviceBuffer arena_;
-  DeviceBuffer scratch_;           // dbias tile partials
-  DeviceBuffer operand_scratch_;   // dequantized GEMM operands
-  DeviceBuffer scale_scratch_;     // block scales as cuBLASLt reads them
-  DeviceBuffer staging_;           // dz before a block quantize that fuses no dact
+  DeviceBuffer scratch_;          // dbias tile partials
+  DeviceBuffer operand_scratch_;  // dequantized GEMM operands
+  DeviceBuffer scale_scratch_;    // block scales as cuBLASLt reads them
+  DeviceBuffer staging_;          // dz before a block quantize that fuses no dact
+  DeviceBuffer ring_sums_;        // overlap = ring: running sums received and sent
+  std::vector<std::unique_ptr<Event>> ring_events_;
+  const std::vector<Step>* pass_steps_ = nullptr;  // the pass run_pass is in
+  bool gemms_only_ = false;                        // ... and whether it runs GEMMs alone
   DeviceBuffer verdict_;           // NaN verdict: the watched amaxes, then their group MAX
   PinnedHostBuffer verdict_host_;  // ... as the host reads them
   Event verdict_ready_;

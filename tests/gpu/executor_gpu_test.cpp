@@ -170,7 +170,10 @@ INSTANTIATE_TEST_SUITE_P(All, GpuExamples,
                                            "gpt_mlp", "attention_out_then_mlp"));
 
 // overlap = bulk / ring: collectives on their own stream, ordered by events
-// with the steps that produce and read their tensors; same checks.
+// with the steps that produce and read their tensors (bulk), or split into
+// ring shifts pipelined with the GEMM's rank chunks (ring: the fprop's
+// x gather and the wgrad's K segments of a column layer, the reduce-scatter
+// of a row layer's y and a column layer's dx); same checks.
 TEST(GpuExecutor, OverlappedCollectivesPassTheSameChecks) {
   REQUIRE_GPU();
   for (const char* overlap : {"bulk", "ring"})
@@ -187,6 +190,46 @@ TEST(GpuExecutor, OverlappedCollectivesPassTheSameChecks) {
       o.steps = 2;
       expect_passes(spec_from(text), o);
     }
+}
+
+// The ring over recipes, dtypes and rank counts (3: not a power of two; 8:
+// seven shifts), with token chunks that are no multiple of a GEMM tile.
+TEST(GpuExecutor, RingsPassTheSameChecksAtEveryRankCount) {
+  REQUIRE_GPU();
+  const bool hopper = gpu().device->arch() == "sm_90a";
+  for (const char* recipe : {"delayed { history = 4 }", "current", "none"})
+    for (const char* mode : {"column", "row"})
+      for (int ranks : {2, 3, 8}) {
+        const char* dtype = ranks == 3 ? "fp16" : "bf16";
+        // The generated GEMM's row chunks too (M of 48, the start-up
+        // compiling the chunk's configuration), where the GPU has it.
+        const bool generated = hopper && ranks == 3 && std::string(recipe) != "none";
+        SCOPED_TRACE(std::string(recipe) + " " + mode + " " + std::to_string(ranks) + " " + dtype +
+                     (generated ? " generated" : ""));
+        const bool column = std::string(mode) == "column";
+        const std::string text =
+            "layer l = linear {\n  in = " + std::to_string(column ? 160 : 48 * ranks) +
+            "  out = " + std::to_string(column ? 96 * ranks : 208) +
+            "  bias = true  dtype = " + dtype + (generated ? "  gemm = generated" : "") +
+            "\n  recipe = " + recipe + "\n  layout = { tensor_parallel = " + std::to_string(ranks) +
+            "  sequence_parallel = true  overlap = ring } " + mode + "\n}\n";
+        const Spec spec = spec_from(text);
+        PlanOptions po;
+        po.tokens = 48 * static_cast<std::uint64_t>(ranks);
+        const Plan plan = plan_spec(spec, po);
+        const LoweredLayer lowered =
+            lower_for_gpu(spec.layers[0], plan.layers[0], cublaslt_lower_options());
+        int rings = 0;
+        for (const auto* pass : {&lowered.forward, &lowered.backward})
+          for (const auto& step : *pass)
+            for (const auto& a : step.actions)
+              if (const auto* g = std::get_if<GemmCall>(&a)) rings += g->ring != RingForm::none;
+        EXPECT_GE(rings, 1);
+        cpu::VerifyOptions o;
+        o.tokens = po.tokens;
+        o.steps = 2;
+        expect_passes(spec, o);
+      }
 }
 
 TEST(GpuExecutor, OneFailingRankEndsEveryRankWithAnErrorNotAHang) {

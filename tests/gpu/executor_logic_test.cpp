@@ -472,8 +472,8 @@ TEST(ExecutorLogic, EveryAutoGemmIsOneItsBackendTakes) {
 // `fp8c plan --lowered` shows the choice, from the spec's target: Hopper runs
 // the block-scaled GEMM, another target dequantizes and says why.
 // `fp8c plan --lowered` says what each overlap does with the collectives:
-// none keeps them on the compute stream, bulk and ring (which runs as bulk
-// for now, and says so) put them on the communication stream.
+// none keeps them on the compute stream, bulk and ring put them on the
+// communication stream, ring as rings where a GEMM takes them by chunks.
 TEST(ExecutorLogic, PlanLoweredSaysWhatOverlapDoes) {
   for (const char* overlap : {"none", "bulk", "ring"}) {
     SCOPED_TRACE(overlap);
@@ -492,7 +492,11 @@ TEST(ExecutorLogic, PlanLoweredSaysWhatOverlapDoes) {
     EXPECT_EQ(text.find("overlap = bulk: each collective runs whole") != std::string::npos,
               std::string(overlap) == "bulk")
         << text;
-    EXPECT_EQ(text.find("overlap = ring runs as bulk") != std::string::npos,
+    EXPECT_EQ(
+        text.find("overlap = ring: an all-gather read by one GEMM alone") != std::string::npos,
+        std::string(overlap) == "ring")
+        << text;
+    EXPECT_EQ(text.find("as a ring of 1 shift to the next rank") != std::string::npos,
               std::string(overlap) == "ring")
         << text;
     int collectives = 0;
@@ -792,10 +796,31 @@ TEST(ExecutorLogic, TheSideStreamScheduleKeepsEveryHazard) {
             position[i] = static_cast<int>(k);
             reordered += (*order)[k] != static_cast<int>(k);
           }
+          // overlap = ring: a ring's GEMM step issues its collective and
+          // takes its reads and writes; the collective's own step does nothing.
+          std::vector<std::vector<int>> in(n), out(n);
+          std::vector<bool> issues(n, false);
+          for (std::size_t i = 0; i < n; ++i) {
+            in[i] = (*steps)[i].inputs();
+            out[i] = (*steps)[i].outputs();
+            issues[i] = (*steps)[i].is_collective();
+          }
+          for (std::size_t c = 0; c < n; ++c)
+            for (const auto& a : (*lowered)[c].actions)
+              if (const auto* call = std::get_if<CollectiveCall>(&a);
+                  call && call->ring_gemm >= 0) {
+                const auto g = static_cast<std::size_t>(call->ring_gemm);
+                in[g].insert(in[g].end(), in[c].begin(), in[c].end());
+                out[g].insert(out[g].end(), out[c].begin(), out[c].end());
+                in[c].clear();
+                out[c].clear();
+                issues[c] = false;
+                issues[g] = true;
+              }
           int last_collective = -1;
           for (std::size_t k = 0; k < n; ++k) {
             const auto i = static_cast<std::size_t>((*order)[k]);
-            if (!(*steps)[i].is_collective()) continue;
+            if (!issues[i]) continue;
             EXPECT_GT(static_cast<int>(i), last_collective) << where << ": collectives reordered";
             last_collective = static_cast<int>(i);
           }
@@ -808,16 +833,14 @@ TEST(ExecutorLogic, TheSideStreamScheduleKeepsEveryHazard) {
               EXPECT_FALSE(b.is_collective()) << where;
             }
             for (std::size_t i = 0; i < j; ++i) {
-              const Step& a = (*steps)[i];
               const LoweredStep& la = (*lowered)[i];
               const auto meets = [](const std::vector<int>& x, const std::vector<int>& y) {
                 for (int v : x)
                   if (std::find(y.begin(), y.end(), v) != y.end()) return true;
                 return false;
               };
-              const bool hazard = meets(b.inputs(), a.outputs()) ||
-                                  meets(b.outputs(), a.inputs()) ||
-                                  meets(b.outputs(), a.outputs()) ||
+              const bool hazard = meets(in[j], out[i]) || meets(out[j], in[i]) ||
+                                  meets(out[j], out[i]) ||
                                   (scratch(la, LaunchRole::dbias_reduce) &&
                                    scratch(lb, LaunchRole::dbias_reduce)) ||
                                   (scratch(la, LaunchRole::dact_to_staging) &&
@@ -837,6 +860,116 @@ TEST(ExecutorLogic, TheSideStreamScheduleKeepsEveryHazard) {
   EXPECT_GT(passes, 200);
   EXPECT_GT(side, 50);
   EXPECT_GT(reordered, 50);
+}
+
+// overlap = ring over every spec at 2, 4 and 8 ranks: each ring pairs its
+// collective with the one GEMM that takes it by chunks, in the form that
+// GEMM reads it; every all-gather and reduce-scatter of a ring layer is a
+// ring or has a note saying why it runs as bulk; layers with another overlap
+// have no rings.
+TEST(ExecutorLogic, RingsPairEachCollectiveWithTheGemmThatTakesItByChunks) {
+  int rings[4] = {0, 0, 0, 0}, bulk = 0;
+  for (const auto& file : spec_files()) {
+    const Spec spec = load_spec(file);
+    for (std::uint32_t ranks : {2u, 4u, 8u}) {
+      Plan plan;
+      try {
+        plan = plan_spec(spec, {ranks, 1024});
+      } catch (const PlanError&) {
+        continue;
+      }
+      for (const LayerPlan& lp : plan.layers) {
+        const Layer& layer = *spec.find_layer(lp.layer);
+        const LoweredLayer low = lower_layer(layer, lp, {});
+        const bool ring = layer.layout.overlap == Overlap::ring && lp.ranks > 1;
+        int notes = 0;
+        for (const auto& n : low.notes) notes += n.find("runs as bulk:") != std::string::npos;
+        bulk += notes;
+        int candidates = 0, found = 0;
+        for (const auto& [steps, lowered] :
+             {std::pair{&lp.forward, &low.forward}, std::pair{&lp.backward, &low.backward}}) {
+          const std::string where = file + " at " + std::to_string(ranks) + ", " + lp.layer;
+          for (std::size_t c = 0; c < steps->size(); ++c) {
+            const Step& s = (*steps)[c];
+            candidates += s.kind() == StepKind::all_gather || s.kind() == StepKind::reduce_scatter;
+            const CollectiveCall* call = nullptr;
+            for (const auto& a : (*lowered)[c].actions)
+              if (const auto* x = std::get_if<CollectiveCall>(&a)) call = x;
+            if (!call || call->ring_gemm < 0) continue;
+            ++found;
+            ASSERT_TRUE(ring) << where;
+            const auto g = static_cast<std::size_t>(call->ring_gemm);
+            ASSERT_LT(g, steps->size()) << where;
+            const GemmStep* gemm = (*steps)[g].as<GemmStep>();
+            ASSERT_NE(gemm, nullptr) << where;
+            const GemmCall* gc = nullptr;
+            bool sums = false;
+            for (const auto& a : (*lowered)[g].actions) {
+              if (const auto* x = std::get_if<GemmCall>(&a)) gc = x;
+              if (const auto* k = std::get_if<KernelLaunch>(&a))
+                sums = sums || k->role == LaunchRole::ring_sum;
+            }
+            ASSERT_NE(gc, nullptr) << where;
+            EXPECT_EQ(gc->ring_collective, static_cast<int>(c)) << where;
+            ++rings[static_cast<int>(gc->ring)];
+            for (int op : {gemm->a, gemm->b}) EXPECT_FALSE(lp.tensor(op).block_scaled()) << where;
+            switch (gc->ring) {
+              case RingForm::gather_rows: {
+                const auto& ag = *s.as<AllGatherStep>();
+                EXPECT_LT(c, g) << where;
+                EXPECT_EQ(gemm->a, ag.out) << where;
+                EXPECT_EQ(lp.tensor(ag.out).usage, Usage::rowwise) << where;
+                EXPECT_NE(gemm->role, GemmRole::wgrad) << where;
+                break;
+              }
+              case RingForm::gather_k: {
+                const auto& ag = *s.as<AllGatherStep>();
+                EXPECT_LT(c, g) << where;
+                EXPECT_TRUE(gemm->a == ag.out || gemm->b == ag.out) << where;
+                EXPECT_EQ(gc->segments, lp.ranks) << where;
+                break;
+              }
+              case RingForm::scatter_rows: {
+                const auto& rs = *s.as<ReduceScatterStep>();
+                EXPECT_GT(c, g) << where;
+                EXPECT_EQ(gemm->out, rs.in) << where;
+                EXPECT_TRUE(sums) << where;
+                EXPECT_GE(low.staging.ring_sums, 4 * lp.tensor(rs.out).elements() * 4) << where;
+                break;
+              }
+              case RingForm::none:
+                ADD_FAILURE() << where << ": a ring collective whose GEMM runs no ring";
+            }
+            EXPECT_TRUE((*lowered)[c].after.empty()) << where << ": a ring's collective waits";
+          }
+        }
+        if (ring)
+          EXPECT_EQ(found + notes, candidates) << file << " " << lp.layer;
+        else
+          EXPECT_EQ(found, 0) << file << " " << lp.layer;
+      }
+    }
+  }
+  EXPECT_GT(rings[static_cast<int>(RingForm::gather_rows)], 5);
+  EXPECT_GT(rings[static_cast<int>(RingForm::gather_k)], 5);
+  EXPECT_GT(rings[static_cast<int>(RingForm::scatter_rows)], 5);
+  EXPECT_GT(bulk, 0);
+}
+
+TEST(ExecutorLogic, PlanLoweredShowsTheRings) {
+  const Spec spec = load_spec(::fp8c::testing::source_path("examples/gpt_mlp.fp8"));
+  const Plan plan = plan_spec(spec, {8, 4096});
+  const std::string text = print_lowered(plan, lower_plan(spec, plan));
+  for (const char* want :
+       {"collective all_gather as a ring of 7 shifts to the next rank, run by step 3",
+        "gemm fprop on cublaslt, FP8 operands, +bias, +gelu, ring of step 1: 8 row chunks, each "
+        "as its rank segment arrives",
+        "ring of step 2: 8 row chunks, each added to the running sum from the previous rank",
+        "the 8 K segments in the order they arrive", "launch ring_sum_bf16 (ring_sum)",
+        "fc2.dy.fp8.row's all_gather runs as bulk: fc2.dy.fp8.row.gathered is read by 2 steps",
+        "staging: ring running sums"})
+    EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+  EXPECT_EQ(text.find("not built yet"), std::string::npos) << text;
 }
 
 }  // namespace
