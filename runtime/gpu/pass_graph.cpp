@@ -23,7 +23,12 @@ PassGraph::~PassGraph() {
 PassGraph::Outcome PassGraph::run(CUstream stream, const std::vector<std::uint64_t>& key,
                                   const std::function<void()>& enqueue) {
   const bool legacy = stream == nullptr || stream == CU_STREAM_LEGACY;
-  if (!disabled_.empty() || legacy) {
+  // A stream the caller is capturing already (their own graph of the whole
+  // step): the pass is enqueued into their capture as it is; a capture of
+  // ours inside it would be refused and end theirs.
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (!legacy) FP8C_CU(driver().cuStreamIsCapturing(stream, &status));
+  if (!disabled_.empty() || legacy || status != CU_STREAM_CAPTURE_STATUS_NONE) {
     enqueue();
     return Outcome::eager;
   }

@@ -227,6 +227,11 @@ GpuRankExecutor::Slot GpuRankExecutor::state_slot(int scale_tensor) const {
 }
 
 void GpuRankExecutor::enable_weight_cache() {
+  // A graph captured before would read the state's scale pair, not the
+  // cache's, and a weight cast before would have no pair copied.
+  if (passes_run_)
+    throw std::logic_error("gpu executor: layer '" + layer_.name +
+                           "': enable_weight_cache after a pass has run");
   std::vector<int> scales;
   for (const auto& [steps, lowered] : {std::pair{&plan_.forward, &lowered_.forward},
                                        std::pair{&plan_.backward, &lowered_.backward}})
@@ -431,6 +436,7 @@ void GpuRankExecutor::run_pass(const char* pass, const std::vector<Step>& steps,
   const CUstream main = r_.stream;
   pass_steps_ = &steps;
   gemms_only_ = gemms_only;
+  ++passes_run_;
   // Each step's stream: the lowering's, where this executor was given it.
   const auto stream_of = [&](const LoweredStep& l) {
     if (const auto* c = find_action<CollectiveCall>(l); c && c->on_comm_stream && r_.comm_stream)
@@ -454,13 +460,29 @@ void GpuRankExecutor::run_pass(const char* pass, const std::vector<Step>& steps,
   }
   // Everything the pass enqueued on the other streams is done before what
   // comes after it on main (the next pass, the caller; buffers freed after
-  // an error).
+  // an error), and the executor's stream is main again, however the pass
+  // ends: normally (join() below) or by an exception anywhere in it (the
+  // guard, which must not throw in its turn).
   const auto join = [&] {
     for (const CUstream st : others) {
       join_->record(st);
-      cu.cuStreamWaitEvent(main, join_->get(), 0);
+      FP8C_CU(cu.cuStreamWaitEvent(main, join_->get(), 0));
     }
   };
+  struct Ending {
+    GpuRankExecutor& e;
+    CUstream main;
+    const std::function<void()> join;
+    bool done = false;
+    ~Ending() {
+      e.r_.stream = main;
+      if (done) return;
+      try {
+        join();
+      } catch (...) {  // the pass's own error is the one that propagates
+      }
+    }
+  } ending{*this, main, split ? std::function<void()>(join) : std::function<void()>([] {})};
   std::vector<bool> ran(steps.size(), false);
   std::vector<CUstream> ran_on(steps.size(), main);
   for (std::size_t n = 0; n < steps.size(); ++n) {
@@ -490,13 +512,7 @@ void GpuRankExecutor::run_pass(const char* pass, const std::vector<Step>& steps,
       if (!in.empty()) (label += ' ') += plan_.tensor(in[0]).name;
       profiler_->begin(label, s.kind(), r_.stream);
     }
-    try {
-      execute(s, lowered[i]);
-    } catch (...) {
-      r_.stream = main;
-      if (split) join();
-      throw;
-    }
+    execute(s, lowered[i]);
     if (profiler_) profiler_->end(r_.stream);
     if (split) step_events_[i]->record(r_.stream);
     ran[i] = true;
@@ -504,6 +520,8 @@ void GpuRankExecutor::run_pass(const char* pass, const std::vector<Step>& steps,
     r_.stream = main;
     for (int id : s.outputs()) written_[static_cast<std::size_t>(id)] = true;
   }
+  r_.stream = main;
+  ending.done = true;
   if (split) join();
 }
 

@@ -110,8 +110,8 @@ class GpuRankExecutor {
 
   // The FP8 weight cache (LoweredStep::weight_only; TransformerEngine's
   // is_first_microbatch). enable_weight_cache(), before the first pass (a
-  // graph captured before it would not copy the scale pair; nothing checks
-  // this yet):
+  // graph captured before it would not copy the scale pair: later is a
+  // std::logic_error):
   // each delayed scale a weight-only step casts with becomes a pair of this
   // executor's, copied from the state right before the weight is cast and
   // read by every GEMM of the cast weight, so that a kept FP8 weight stays
@@ -224,6 +224,7 @@ class GpuRankExecutor {
   std::vector<std::unique_ptr<Event>> ring_events_;
   const std::vector<Step>* pass_steps_ = nullptr;  // the pass run_pass is in
   bool gemms_only_ = false;                        // ... and whether it runs GEMMs alone
+  std::uint64_t passes_run_ = 0;
   DeviceBuffer verdict_;           // NaN verdict: the watched amaxes, then their group MAX
   PinnedHostBuffer verdict_host_;  // ... as the host reads them
   Event verdict_ready_;

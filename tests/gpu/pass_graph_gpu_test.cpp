@@ -124,5 +124,38 @@ TEST(PassGraphGpu, TheLegacyStreamIsNeverCaptured) {
   EXPECT_EQ(graph.disabled(), "");
 }
 
+// A caller that captures the whole step into a graph of its own: each pass
+// goes into that capture as it is (no capture of ours inside it, which CUDA
+// would refuse and which would end the caller's), and the caller's graph
+// does the passes' work when launched.
+TEST(PassGraphGpu, ACallersCaptureTakesThePassAsItIs) {
+  REQUIRE_GPU();
+  const Stream stream;
+  DeviceBuffer src(kBytes), dst(kBytes);
+  PassGraph graph;
+  const std::vector<std::uint64_t> key = {src.get(), dst.get()};
+  const CopyPass pass{src, dst, 0x44, stream.get()};
+  const DriverApi& cu = driver();
+  CUgraph outer = nullptr;
+  FP8C_CU(cu.cuStreamBeginCapture(stream.get(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  // Twice: the second run of a key would otherwise be captured by PassGraph.
+  for (int run = 0; run < 2; ++run)
+    EXPECT_EQ(graph.run(stream.get(), key, pass), PassGraph::Outcome::eager) << "run " << run;
+  FP8C_CU(cu.cuStreamEndCapture(stream.get(), &outer));
+  ASSERT_NE(outer, nullptr);
+  CUgraphExec exec = nullptr;
+  FP8C_CU(cu.cuGraphInstantiateWithFlags(&exec, outer, 0));
+  fill(src, 0x5A);
+  fill(dst, 0);
+  FP8C_CU(cu.cuGraphLaunch(exec, stream.get()));
+  stream.synchronize();
+  const auto got = read(dst);
+  EXPECT_EQ(got[0], 0x5A);
+  EXPECT_EQ(got[1], 0x44);
+  cu.cuGraphExecDestroy(exec);
+  cu.cuGraphDestroy(outer);
+  EXPECT_EQ(graph.disabled(), "");
+}
+
 }  // namespace
 }  // namespace fp8c::runtime
