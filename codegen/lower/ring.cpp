@@ -74,6 +74,10 @@ class Chooser {
     // Rows of A, K innermost (fprop and dgrad contract over dim 1).
     if (g.a == ag.out && g.role != GemmRole::wgrad && !g.segmented_k &&
         gathered.usage == Usage::rowwise && ag.dim == 0) {
+      // A GEMM sets its output's amax over what it wrote: chunk calls would
+      // each set it over their rows.
+      if (g.epilogue.out_amax != kNoTensor)
+        return "its GEMM takes the amax of its whole FP8 output (" + t(g.out).name + ")";
       ring.form = RingForm::gather_rows;
       return {};
     }

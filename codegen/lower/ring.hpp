@@ -32,7 +32,9 @@
 // block-scaled operand (its block scales are re-laid K-block-major over all
 // its rows, so one rank's chunk of them is not contiguous; MXFP8 operands
 // are dequantized whole before the GEMM), a gathered tensor another step
-// also reads, a GEMM output another step reads before the sum.
+// also reads, a GEMM output another step reads before the sum, a GEMM that
+// takes its FP8 output's amax (each chunk's call would set it over its own
+// rows).
 #pragma once
 
 #include <cstdint>

@@ -196,9 +196,12 @@ TEST(RingArithmetic, GathersAndSumsVisitEveryRankOnce) {
       EXPECT_EQ(gathered_segment(p, ranks, 0), p);
       for (int i = 0; i < ranks; ++i) {
         seen[static_cast<std::size_t>(gathered_segment(p, ranks, i))] = true;
-        if (i + 1 < ranks)
+        if (i + 1 < ranks) {
           EXPECT_EQ(gathered_segment(p, ranks, i + 1), gathered_segment(prev, ranks, i));
-        if (i > 0) EXPECT_EQ(scattered_chunk(p, ranks, i), scattered_chunk(prev, ranks, i - 1));
+        }
+        if (i > 0) {
+          EXPECT_EQ(scattered_chunk(p, ranks, i), scattered_chunk(prev, ranks, i - 1));
+        }
       }
       EXPECT_EQ(std::count(seen.begin(), seen.end(), true), ranks);
       EXPECT_EQ(scattered_chunk(p, ranks, ranks - 1), p);

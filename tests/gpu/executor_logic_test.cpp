@@ -920,6 +920,7 @@ TEST(ExecutorLogic, RingsPairEachCollectiveWithTheGemmThatTakesItByChunks) {
                 EXPECT_EQ(gemm->a, ag.out) << where;
                 EXPECT_EQ(lp.tensor(ag.out).usage, Usage::rowwise) << where;
                 EXPECT_NE(gemm->role, GemmRole::wgrad) << where;
+                EXPECT_EQ(gemm->epilogue.out_amax, kNoTensor) << where;
                 break;
               }
               case RingForm::gather_k: {
@@ -970,6 +971,23 @@ TEST(ExecutorLogic, PlanLoweredShowsTheRings) {
         "staging: ring running sums"})
     EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
   EXPECT_EQ(text.find("not built yet"), std::string::npos) << text;
+
+  // A column layer handing FP8 to its consumer takes its output's amax in
+  // the GEMM: its gather stays whole, and says so.
+  const std::string layout =
+      "  layout = { tensor_parallel = 4  sequence_parallel = true  overlap = ring }";
+  const Spec chain = spec_from(
+      "layer a = linear { in = 256  out = 1024  output = fp8  recipe = delayed { history = 4 }\n" +
+      layout +
+      " column }\nlayer b = linear { in = 1024  out = 256  input = a\n"
+      "  recipe = delayed { history = 4 }\n" +
+      layout + " row }\n");
+  const Plan cp = plan_spec(chain, {4, 512});
+  const std::string ct = print_lowered(cp, lower_plan(chain, cp));
+  EXPECT_NE(ct.find("a.x.fp8.row's all_gather runs as bulk: its GEMM takes the amax of its whole "
+                    "FP8 output"),
+            std::string::npos)
+      << ct;
 }
 
 }  // namespace
