@@ -1,9 +1,10 @@
 // The GPT MLP of examples/gpt_mlp.fp8 (fc1 column, fc2 row, sequence
 // parallel) on N GPUs, one process per GPU over NCCL, 8192 tokens per rank,
 // forward + backward, with overlap = none, bulk and ring: per layer the
-// step time, the step without its collectives, the collectives' time, the
-// exposed communication (step minus the step without collectives) and the
-// fraction hidden (goal: at least 80% with ring). Start it with
+// step time, the step without its collectives, the collectives' time (as
+// overlap = none runs them), the exposed communication (step minus the step
+// without collectives) and the fraction of the collectives' time hidden
+// (goal: at least 80% with ring). Start it with
 //   scripts/launch_ranks.sh N -- build/bench/mlp_multi_gpu_bench [--json FILE]
 // Rank 0 prints and writes the JSON.
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <regex>
 #include <sstream>
 
@@ -28,19 +30,24 @@ int main(int argc, char** argv) {
   std::uint64_t per_rank = 8192;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--json" && i + 1 < argc) json_path = argv[++i];
-    else if (a == "--iters" && i + 1 < argc) iters = std::atoi(argv[++i]);
-    else if (a == "--tokens-per-rank" && i + 1 < argc) per_rank = std::strtoull(argv[++i], nullptr, 10);
-    else if (a == "--spec" && i + 1 < argc) spec_path = argv[++i];
+    if (a == "--json" && i + 1 < argc)
+      json_path = argv[++i];
+    else if (a == "--iters" && i + 1 < argc)
+      iters = std::atoi(argv[++i]);
+    else if (a == "--tokens-per-rank" && i + 1 < argc)
+      per_rank = std::strtoull(argv[++i], nullptr, 10);
+    else if (a == "--spec" && i + 1 < argc)
+      spec_path = argv[++i];
     else {
-      std::fprintf(stderr, "usage: mlp_multi_gpu_bench [--json FILE] [--iters N] "
-                           "[--tokens-per-rank M] [--spec FILE]\n");
+      std::fprintf(stderr,
+                   "usage: mlp_multi_gpu_bench [--json FILE] [--iters N] "
+                   "[--tokens-per-rank M] [--spec FILE]\n");
       return 2;
     }
   }
   try {
-    const NcclBootstrap boot = std::getenv("WORLD_SIZE") ? nccl_bootstrap_from_process()
-                                                          : single_rank_bootstrap();
+    const NcclBootstrap boot =
+        std::getenv("WORLD_SIZE") ? nccl_bootstrap_from_process() : single_rank_bootstrap();
     Device device(boot.local_rank);
     const auto cache = std::filesystem::temp_directory_path() /
                        ("fp8c-bench-cache-" + std::to_string(boot.local_rank));
@@ -54,6 +61,11 @@ int main(int argc, char** argv) {
          << "\", \"ranks\": " << comm->size() << ", \"tokens_per_rank\": " << per_rank
          << ", \"cases\": [";
     bool first = true;
+    // The communication to hide, per layer: the collectives' time as
+    // overlap = none runs them, one after another on the compute stream. A
+    // ring's shifts run inside its GEMM steps, where the breakdown cannot
+    // tell them apart, so bulk and ring are measured against this.
+    std::map<std::string, double> to_hide;
     for (const std::string overlap : {"none", "bulk", "ring"}) {
       // The example with this overlap and this many ranks.
       std::string t = std::regex_replace(text.str(), std::regex(R"(overlap\s*=\s*\w+)"),
@@ -66,7 +78,11 @@ int main(int argc, char** argv) {
       o.tokens = per_rank * static_cast<std::uint64_t>(comm->size());
       o.iterations = iters;
       o.comm = comm.get();
-      const auto results = bench_layers(*checked.spec, device, jit, o);
+      auto results = bench_layers(*checked.spec, device, jit, o);
+      for (auto& r : results) {
+        if (overlap == "none") to_hide[r.layer] = r.comm_ms;
+        r.comm_ms = to_hide[r.layer];
+      }
       if (comm->rank() != 0) continue;
       std::cout << "== overlap = " << overlap << "\n" << format_bench(results, true);
       for (const auto& r : results) {
