@@ -332,6 +332,31 @@ std::vector<std::string> spec_files() {
   return files;
 }
 
+// Every layer of every spec in examples/ and tests/specs, planned at each of
+// `ranks` (where the spec splits that way) for 1024 tokens and lowered with
+// the default (Hopper) options; `where` names the file, ranks and layer.
+void for_each_lowered_layer(
+    std::initializer_list<std::uint32_t> ranks,
+    const std::function<void(const std::string& where, const Layer&, const LayerPlan&,
+                             const LoweredLayer&)>& visit) {
+  for (const auto& file : spec_files()) {
+    const Spec spec = load_spec(file);
+    for (std::uint32_t n : ranks) {
+      Plan plan;
+      try {
+        plan = plan_spec(spec, {n, 1024});
+      } catch (const PlanError&) {
+        continue;
+      }
+      for (const LayerPlan& lp : plan.layers) {
+        const Layer& layer = *spec.find_layer(lp.layer);
+        visit(file + " at " + std::to_string(n) + " ranks, layer " + lp.layer, layer, lp,
+              lower_layer(layer, lp, {}));
+      }
+    }
+  }
+}
+
 // Every GEMM of every spec in examples/ and tests/specs at 1, 2, 4 and 8
 // ranks and 1024, 1056 and 4096 tokens (where the spec splits that way),
 // lowered with the default (Hopper) options; `backend`, when given,
@@ -770,93 +795,78 @@ TEST(ExecutorLogic, TheSideStreamScheduleKeepsEveryHazard) {
       if (const auto* k = std::get_if<KernelLaunch>(&a); k && k->role == role) return true;
     return false;
   };
-  for (const auto& file : spec_files()) {
-    const Spec spec = load_spec(file);
-    for (std::uint32_t ranks : {1u, 2u, 4u, 8u}) {
-      Plan plan;
-      try {
-        plan = plan_spec(spec, {ranks, 1024});
-      } catch (const PlanError&) {
-        continue;
+  for_each_lowered_layer({1u, 2u, 4u, 8u}, [&](const std::string& where, const Layer&,
+                                               const LayerPlan& lp, const LoweredLayer& low) {
+    for (const auto& [steps, lowered, order] :
+         {std::tuple{&lp.forward, &low.forward, &low.forward_order},
+          std::tuple{&lp.backward, &low.backward, &low.backward_order}}) {
+      const std::size_t n = steps->size();
+      ASSERT_EQ(order->size(), n) << where;
+      std::vector<int> position(n, -1);
+      for (std::size_t k = 0; k < n; ++k) {
+        const auto i = static_cast<std::size_t>((*order)[k]);
+        ASSERT_LT(i, n) << where;
+        ASSERT_EQ(position[i], -1) << where << ": step " << i << " issued twice";
+        position[i] = static_cast<int>(k);
+        reordered += (*order)[k] != static_cast<int>(k);
       }
-      for (const LayerPlan& lp : plan.layers) {
-        const LoweredLayer low = lower_layer(*spec.find_layer(lp.layer), lp, {});
-        for (const auto& [steps, lowered, order] :
-             {std::tuple{&lp.forward, &low.forward, &low.forward_order},
-              std::tuple{&lp.backward, &low.backward, &low.backward_order}}) {
-          const std::string where =
-              file + " at " + std::to_string(ranks) + " ranks, layer " + lp.layer;
-          const std::size_t n = steps->size();
-          ASSERT_EQ(order->size(), n) << where;
-          std::vector<int> position(n, -1);
-          for (std::size_t k = 0; k < n; ++k) {
-            const auto i = static_cast<std::size_t>((*order)[k]);
-            ASSERT_LT(i, n) << where;
-            ASSERT_EQ(position[i], -1) << where << ": step " << i << " issued twice";
-            position[i] = static_cast<int>(k);
-            reordered += (*order)[k] != static_cast<int>(k);
+      // overlap = ring: a ring's GEMM step issues its collective and
+      // takes its reads and writes; the collective's own step does nothing.
+      std::vector<std::vector<int>> in(n), out(n);
+      std::vector<bool> issues(n, false);
+      for (std::size_t i = 0; i < n; ++i) {
+        in[i] = (*steps)[i].inputs();
+        out[i] = (*steps)[i].outputs();
+        issues[i] = (*steps)[i].is_collective();
+      }
+      for (std::size_t c = 0; c < n; ++c)
+        for (const auto& a : (*lowered)[c].actions)
+          if (const auto* call = std::get_if<CollectiveCall>(&a); call && call->ring_gemm >= 0) {
+            const auto g = static_cast<std::size_t>(call->ring_gemm);
+            in[g].insert(in[g].end(), in[c].begin(), in[c].end());
+            out[g].insert(out[g].end(), out[c].begin(), out[c].end());
+            in[c].clear();
+            out[c].clear();
+            issues[c] = false;
+            issues[g] = true;
           }
-          // overlap = ring: a ring's GEMM step issues its collective and
-          // takes its reads and writes; the collective's own step does nothing.
-          std::vector<std::vector<int>> in(n), out(n);
-          std::vector<bool> issues(n, false);
-          for (std::size_t i = 0; i < n; ++i) {
-            in[i] = (*steps)[i].inputs();
-            out[i] = (*steps)[i].outputs();
-            issues[i] = (*steps)[i].is_collective();
-          }
-          for (std::size_t c = 0; c < n; ++c)
-            for (const auto& a : (*lowered)[c].actions)
-              if (const auto* call = std::get_if<CollectiveCall>(&a);
-                  call && call->ring_gemm >= 0) {
-                const auto g = static_cast<std::size_t>(call->ring_gemm);
-                in[g].insert(in[g].end(), in[c].begin(), in[c].end());
-                out[g].insert(out[g].end(), out[c].begin(), out[c].end());
-                in[c].clear();
-                out[c].clear();
-                issues[c] = false;
-                issues[g] = true;
-              }
-          int last_collective = -1;
-          for (std::size_t k = 0; k < n; ++k) {
-            const auto i = static_cast<std::size_t>((*order)[k]);
-            if (!issues[i]) continue;
-            EXPECT_GT(static_cast<int>(i), last_collective) << where << ": collectives reordered";
-            last_collective = static_cast<int>(i);
-          }
-          for (std::size_t j = 0; j < n; ++j) {
-            const Step& b = (*steps)[j];
-            const LoweredStep& lb = (*lowered)[j];
-            if (lb.on_side_stream) {
-              ++side;
-              EXPECT_NE(b.kind(), StepKind::gemm) << where;
-              EXPECT_FALSE(b.is_collective()) << where;
-            }
-            for (std::size_t i = 0; i < j; ++i) {
-              const LoweredStep& la = (*lowered)[i];
-              const auto meets = [](const std::vector<int>& x, const std::vector<int>& y) {
-                for (int v : x)
-                  if (std::find(y.begin(), y.end(), v) != y.end()) return true;
-                return false;
-              };
-              const bool hazard = meets(in[j], out[i]) || meets(out[j], in[i]) ||
-                                  meets(out[j], out[i]) ||
-                                  (scratch(la, LaunchRole::dbias_reduce) &&
-                                   scratch(lb, LaunchRole::dbias_reduce)) ||
-                                  (scratch(la, LaunchRole::dact_to_staging) &&
-                                   scratch(lb, LaunchRole::dact_to_staging));
-              if (!hazard) continue;
-              EXPECT_LT(position[i], position[j]) << where << ": step " << j << " before " << i;
-              EXPECT_NE(std::find(lb.after.begin(), lb.after.end(), static_cast<int>(i)),
-                        lb.after.end())
-                  << where << ": step " << j << " does not wait for step " << i;
-            }
-          }
-          ++passes;
+      int last_collective = -1;
+      for (std::size_t k = 0; k < n; ++k) {
+        const auto i = static_cast<std::size_t>((*order)[k]);
+        if (!issues[i]) continue;
+        EXPECT_GT(static_cast<int>(i), last_collective) << where << ": collectives reordered";
+        last_collective = static_cast<int>(i);
+      }
+      for (std::size_t j = 0; j < n; ++j) {
+        const Step& b = (*steps)[j];
+        const LoweredStep& lb = (*lowered)[j];
+        if (lb.on_side_stream) {
+          ++side;
+          EXPECT_NE(b.kind(), StepKind::gemm) << where;
+          EXPECT_FALSE(b.is_collective()) << where;
+        }
+        for (std::size_t i = 0; i < j; ++i) {
+          const LoweredStep& la = (*lowered)[i];
+          const auto meets = [](const std::vector<int>& x, const std::vector<int>& y) {
+            for (int v : x)
+              if (std::find(y.begin(), y.end(), v) != y.end()) return true;
+            return false;
+          };
+          const bool hazard =
+              meets(in[j], out[i]) || meets(out[j], in[i]) || meets(out[j], out[i]) ||
+              (scratch(la, LaunchRole::dbias_reduce) && scratch(lb, LaunchRole::dbias_reduce)) ||
+              (scratch(la, LaunchRole::dact_to_staging) &&
+               scratch(lb, LaunchRole::dact_to_staging));
+          if (!hazard) continue;
+          EXPECT_LT(position[i], position[j]) << where << ": step " << j << " before " << i;
+          EXPECT_NE(std::find(lb.after.begin(), lb.after.end(), static_cast<int>(i)),
+                    lb.after.end())
+              << where << ": step " << j << " does not wait for step " << i;
         }
       }
+      ++passes;
     }
-  }
+  });
   EXPECT_GT(passes, 200);
   EXPECT_GT(side, 50);
   EXPECT_GT(reordered, 50);
@@ -869,88 +879,75 @@ TEST(ExecutorLogic, TheSideStreamScheduleKeepsEveryHazard) {
 // have no rings.
 TEST(ExecutorLogic, RingsPairEachCollectiveWithTheGemmThatTakesItByChunks) {
   int rings[4] = {0, 0, 0, 0}, bulk = 0;
-  for (const auto& file : spec_files()) {
-    const Spec spec = load_spec(file);
-    for (std::uint32_t ranks : {2u, 4u, 8u}) {
-      Plan plan;
-      try {
-        plan = plan_spec(spec, {ranks, 1024});
-      } catch (const PlanError&) {
-        continue;
-      }
-      for (const LayerPlan& lp : plan.layers) {
-        const Layer& layer = *spec.find_layer(lp.layer);
-        const LoweredLayer low = lower_layer(layer, lp, {});
-        const bool ring = layer.layout.overlap == Overlap::ring && lp.ranks > 1;
-        int notes = 0;
-        for (const auto& n : low.notes) notes += n.find("runs as bulk:") != std::string::npos;
-        bulk += notes;
-        int candidates = 0, found = 0;
-        for (const auto& [steps, lowered] :
-             {std::pair{&lp.forward, &low.forward}, std::pair{&lp.backward, &low.backward}}) {
-          const std::string where = file + " at " + std::to_string(ranks) + ", " + lp.layer;
-          for (std::size_t c = 0; c < steps->size(); ++c) {
-            const Step& s = (*steps)[c];
-            candidates += s.kind() == StepKind::all_gather || s.kind() == StepKind::reduce_scatter;
-            const CollectiveCall* call = nullptr;
-            for (const auto& a : (*lowered)[c].actions)
-              if (const auto* x = std::get_if<CollectiveCall>(&a)) call = x;
-            if (!call || call->ring_gemm < 0) continue;
-            ++found;
-            ASSERT_TRUE(ring) << where;
-            const auto g = static_cast<std::size_t>(call->ring_gemm);
-            ASSERT_LT(g, steps->size()) << where;
-            const GemmStep* gemm = (*steps)[g].as<GemmStep>();
-            ASSERT_NE(gemm, nullptr) << where;
-            const GemmCall* gc = nullptr;
-            bool sums = false;
-            for (const auto& a : (*lowered)[g].actions) {
-              if (const auto* x = std::get_if<GemmCall>(&a)) gc = x;
-              if (const auto* k = std::get_if<KernelLaunch>(&a))
-                sums = sums || k->role == LaunchRole::ring_sum;
-            }
-            ASSERT_NE(gc, nullptr) << where;
-            EXPECT_EQ(gc->ring_collective, static_cast<int>(c)) << where;
-            ++rings[static_cast<int>(gc->ring)];
-            for (int op : {gemm->a, gemm->b}) EXPECT_FALSE(lp.tensor(op).block_scaled()) << where;
-            switch (gc->ring) {
-              case RingForm::gather_rows: {
-                const auto& ag = *s.as<AllGatherStep>();
-                EXPECT_LT(c, g) << where;
-                EXPECT_EQ(gemm->a, ag.out) << where;
-                EXPECT_EQ(lp.tensor(ag.out).usage, Usage::rowwise) << where;
-                EXPECT_NE(gemm->role, GemmRole::wgrad) << where;
-                EXPECT_EQ(gemm->epilogue.out_amax, kNoTensor) << where;
-                break;
-              }
-              case RingForm::gather_k: {
-                const auto& ag = *s.as<AllGatherStep>();
-                EXPECT_LT(c, g) << where;
-                EXPECT_TRUE(gemm->a == ag.out || gemm->b == ag.out) << where;
-                EXPECT_EQ(gc->segments, lp.ranks) << where;
-                break;
-              }
-              case RingForm::scatter_rows: {
-                const auto& rs = *s.as<ReduceScatterStep>();
-                EXPECT_GT(c, g) << where;
-                EXPECT_EQ(gemm->out, rs.in) << where;
-                EXPECT_TRUE(sums) << where;
-                EXPECT_GE(low.staging.ring_sums, 4 * lp.tensor(rs.out).elements() * 4) << where;
-                break;
-              }
-              case RingForm::none:
-                ADD_FAILURE() << where << ": a ring collective whose GEMM runs no ring";
-            }
-            EXPECT_TRUE((*lowered)[c].after.empty()) << where << ": a ring's collective waits";
-          }
+  for_each_lowered_layer({2u, 4u, 8u}, [&](const std::string& where, const Layer& layer,
+                                           const LayerPlan& lp, const LoweredLayer& low) {
+    const bool ring = layer.layout.overlap == Overlap::ring && lp.ranks > 1;
+    int notes = 0;
+    for (const auto& n : low.notes) notes += n.find("runs as bulk:") != std::string::npos;
+    bulk += notes;
+    int candidates = 0, found = 0;
+    for (const auto& [steps, lowered] :
+         {std::pair{&lp.forward, &low.forward}, std::pair{&lp.backward, &low.backward}}) {
+      for (std::size_t c = 0; c < steps->size(); ++c) {
+        const Step& s = (*steps)[c];
+        candidates += s.kind() == StepKind::all_gather || s.kind() == StepKind::reduce_scatter;
+        const CollectiveCall* call = nullptr;
+        for (const auto& a : (*lowered)[c].actions)
+          if (const auto* x = std::get_if<CollectiveCall>(&a)) call = x;
+        if (!call || call->ring_gemm < 0) continue;
+        ++found;
+        ASSERT_TRUE(ring) << where;
+        const auto g = static_cast<std::size_t>(call->ring_gemm);
+        ASSERT_LT(g, steps->size()) << where;
+        const GemmStep* gemm = (*steps)[g].as<GemmStep>();
+        ASSERT_NE(gemm, nullptr) << where;
+        const GemmCall* gc = nullptr;
+        bool sums = false;
+        for (const auto& a : (*lowered)[g].actions) {
+          if (const auto* x = std::get_if<GemmCall>(&a)) gc = x;
+          if (const auto* k = std::get_if<KernelLaunch>(&a))
+            sums = sums || k->role == LaunchRole::ring_sum;
         }
-        if (ring)
-          EXPECT_EQ(found + notes, candidates) << file << " " << lp.layer;
-        else
-          EXPECT_EQ(found, 0) << file << " " << lp.layer;
+        ASSERT_NE(gc, nullptr) << where;
+        EXPECT_EQ(gc->ring_collective, static_cast<int>(c)) << where;
+        ++rings[static_cast<int>(gc->ring)];
+        for (int op : {gemm->a, gemm->b}) EXPECT_FALSE(lp.tensor(op).block_scaled()) << where;
+        switch (gc->ring) {
+          case RingForm::gather_rows: {
+            const auto& ag = *s.as<AllGatherStep>();
+            EXPECT_LT(c, g) << where;
+            EXPECT_EQ(gemm->a, ag.out) << where;
+            EXPECT_EQ(lp.tensor(ag.out).usage, Usage::rowwise) << where;
+            EXPECT_NE(gemm->role, GemmRole::wgrad) << where;
+            EXPECT_EQ(gemm->epilogue.out_amax, kNoTensor) << where;
+            break;
+          }
+          case RingForm::gather_k: {
+            const auto& ag = *s.as<AllGatherStep>();
+            EXPECT_LT(c, g) << where;
+            EXPECT_TRUE(gemm->a == ag.out || gemm->b == ag.out) << where;
+            EXPECT_EQ(gc->segments, lp.ranks) << where;
+            break;
+          }
+          case RingForm::scatter_rows: {
+            const auto& rs = *s.as<ReduceScatterStep>();
+            EXPECT_GT(c, g) << where;
+            EXPECT_EQ(gemm->out, rs.in) << where;
+            EXPECT_TRUE(sums) << where;
+            EXPECT_GE(low.staging.ring_sums, 4 * lp.tensor(rs.out).elements() * 4) << where;
+            break;
+          }
+          case RingForm::none:
+            ADD_FAILURE() << where << ": a ring collective whose GEMM runs no ring";
+        }
+        EXPECT_TRUE((*lowered)[c].after.empty()) << where << ": a ring's collective waits";
       }
     }
-  }
+    if (ring)
+      EXPECT_EQ(found + notes, candidates) << where;
+    else
+      EXPECT_EQ(found, 0) << where;
+  });
   EXPECT_GT(rings[static_cast<int>(RingForm::gather_rows)], 5);
   EXPECT_GT(rings[static_cast<int>(RingForm::gather_k)], 5);
   EXPECT_GT(rings[static_cast<int>(RingForm::scatter_rows)], 5);
