@@ -143,7 +143,7 @@ class Lowering {
       const auto& rs = *steps[static_cast<std::size_t>(r.collective)].as<ReduceScatterStep>();
       launch(g, LaunchRole::ring_sum, {RingSumKernel{t(rs.in).type}});
       out_.staging.ring_sums =
-          std::max(out_.staging.ring_sums, 4 * round_up(t(rs.out).elements() * 4, 256));
+          std::max(out_.staging.ring_sums, 2 * round_up(t(rs.out).elements() * 4, 256));
     }
   }
 

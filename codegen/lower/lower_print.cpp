@@ -114,7 +114,7 @@ std::string print_lowered(const Plan& plan, const LoweredPlan& lowered) {
         << l.staging.dequantized << " B, block scales as cuBLASLt reads them "
         << l.staging.block_scales << " B\n";
     if (l.staging.ring_sums)
-      o << "  staging: ring running sums (fp32, 2 received + 2 sent) " << l.staging.ring_sums
+      o << "  staging: ring running sums (fp32, received + sent) " << l.staging.ring_sums
         << " B\n";
     o << "  kernels: " << l.kernels.size() << "\n";
   }

@@ -115,8 +115,8 @@ struct StagingSizes {
   // Both block scale tensors of the largest block-scaled FP8 GEMM, as
   // cuBLASLt reads them (1x128 K-block-major, 128x128 rows padded).
   std::uint64_t block_scales = 0;
-  // overlap = ring, scatter_rows: two running sums received and two sent,
-  // fp32, of the largest rank chunk.
+  // overlap = ring, scatter_rows: the running sum received and the one
+  // sent, fp32, of the largest rank chunk.
   std::uint64_t ring_sums = 0;
 };
 

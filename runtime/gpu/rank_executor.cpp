@@ -491,6 +491,12 @@ void GpuRankExecutor::run_pass(const char* pass, const std::vector<Step>& steps,
     if (gemms_only && s.kind() != StepKind::gemm) continue;
     if (skip_collectives_ && s.is_collective()) continue;
     if (weight_cached_ && lowered[i].weight_only) continue;
+    // A ring's collective runs inside its GEMM's step; its own step issues
+    // nothing and nothing waits for it (the schedule gives it no hazards).
+    if (const auto* c = find_action<CollectiveCall>(lowered[i]); c && c->ring_gemm >= 0) {
+      for (int id : s.outputs()) written_[static_cast<std::size_t>(id)] = true;
+      continue;
+    }
     r_.stream = stream_of(lowered[i]);
     // Wait for the steps it follows (LoweredStep::after) that ran on
     // another stream in this pass; those on its own are ordered already.
@@ -541,7 +547,8 @@ void GpuRankExecutor::execute(const Step& step, const LoweredStep& l) {
                  [&](const EpilogueStep& s) { epilogue(s, l); },
                  [&](const GradEpilogueStep& s) { grad_epilogue(s, l); },
                  [&](const auto&) {
-                   // A ring's collective runs inside its GEMM's step.
+                   // A ring's collective runs inside its GEMM's step (run_pass
+                   // does not come here for it).
                    if (const auto* c = find_action<CollectiveCall>(l); !c || c->ring_gemm < 0)
                      collective(step);
                  },
@@ -926,7 +933,18 @@ void GpuRankExecutor::gemm(const GemmStep& s, const LoweredStep& l) {
     g.d_amax = 0;
     after = a;
   }
+  // A ring this GEMM's form cannot run would leave its collective's output
+  // unwritten (the collective's own step issues nothing): refused, not run.
+  const auto ring_runs_in = [&](std::initializer_list<RingForm> forms) {
+    if (call->ring == RingForm::none || ring_skipped()) return;
+    for (RingForm f : forms)
+      if (call->ring == f) return;
+    throw std::logic_error("gpu executor: layer '" + layer_.name + "': a " +
+                           std::string(to_string(call->ring)) + " ring on a " +
+                           std::string(to_string(s.role)) + " GEMM that does not run it");
+  };
   if (call->operands == GemmCall::Operands::dequantized) {
+    ring_runs_in({});
     const auto& ka = launch_kernel<DequantizeKernel>(l, LaunchRole::dequantize_a);
     const auto& kb = launch_kernel<DequantizeKernel>(l, LaunchRole::dequantize_b);
     const Tensor& ta = plan_.tensor(s.a);
@@ -936,6 +954,7 @@ void GpuRankExecutor::gemm(const GemmStep& s, const LoweredStep& l) {
         operand_scratch_.get() + round_up(ta.elements() * element_bytes(ka.output), 256));
     run_gemm(s, *call, g);
   } else if (call->segments <= 1) {
+    ring_runs_in({RingForm::gather_rows, RingForm::scatter_rows});
     g.a = operand(s.a, k_dim(s.role, 0));
     g.b = operand(s.b, k_dim(s.role, 1));
     CUdeviceptr next =
@@ -952,6 +971,7 @@ void GpuRankExecutor::gemm(const GemmStep& s, const LoweredStep& l) {
   } else {
     // A segmented operand ([ranks][rows][k / ranks], gathered along K) is
     // read one rank segment at a time, accumulating into D.
+    ring_runs_in({RingForm::gather_k});
     if (call->pad_scales_a || call->pad_scales_b)
       throw std::logic_error("gpu executor: padded 128x128 scales in a segmented-K GEMM");
     GemmOperand a = operand(s.a, k_dim(s.role, 0));

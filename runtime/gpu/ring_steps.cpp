@@ -10,9 +10,11 @@
 //            write the next, which no GEMM of the ring has read yet.
 //   scatter  per step i: the sum of chunk i is written (main) before shift i
 //            sends it (comm); shift i has landed (comm) before the sum of step
-//            i + 1 reads it (main). Two received and two sent buffers
-//            alternate, so shift i never overwrites a sum still being read
-//            and sum i never overwrites what shift i - 1 still sends.
+//            i + 1 reads it (main). So one running sum received and one sent
+//            suffice: shift i starts after sum i has read what shift i - 1
+//            received, and sum i + 1 writes after shift i has sent. What
+//            overlaps is the GEMM of chunk i + 1 with shift i, and the GEMM
+//            touches neither buffer.
 // Each ring ends with main waiting for its last shift, so nothing of it is
 // left on the comm stream when the step is done.
 #include "codegen/lower/ring.hpp"
@@ -128,10 +130,9 @@ void GpuRankExecutor::ring_scatter_rows(const GemmStep& s, const LoweredStep& l,
   const KernelLaunch* k = find_launch(l, LaunchRole::ring_sum);
   if (!k) throw std::logic_error("gpu executor: a ring reduce-scatter without its sum kernel");
   const std::size_t sum_bytes = round_up(count * 4, 256);
-  if (!preparing_ && ring_sums_.bytes() < 4 * sum_bytes)
+  if (!preparing_ && ring_sums_.bytes() < 2 * sum_bytes)
     throw std::logic_error("gpu executor: the ring's running sums do not fit their staging");
-  const CUdeviceptr received[2] = {ring_sums_.get(), ring_sums_.get() + sum_bytes};
-  const CUdeviceptr sent[2] = {ring_sums_.get() + 2 * sum_bytes, ring_sums_.get() + 3 * sum_bytes};
+  const CUdeviceptr received = ring_sums_.get(), sent = ring_sums_.get() + sum_bytes;
   const DriverApi& cu = driver();
   const CUstream cs = ring_stream();
   for (int i = 0; i < ranks; ++i) {
@@ -146,12 +147,11 @@ void GpuRankExecutor::ring_scatter_rows(const GemmStep& s, const LoweredStep& l,
     if (i > 0) FP8C_CU(cu.cuStreamWaitEvent(r_.stream, ring_event(2 * step - 1).get(), 0));
     const bool last = i + 1 == ranks;
     r_.kernels.ring_sum(std::get<RingSumKernel>(k->kernel.description))
-        .launch(i > 0 ? received[(i - 1) % 2] : 0, c.d, last ? at(rs.out) : sent[i % 2], count,
-                last, r_.stream);
+        .launch(i > 0 ? received : 0, c.d, last ? at(rs.out) : sent, count, last, r_.stream);
     if (last) break;
     ring_event(2 * step).record(r_.stream);
     FP8C_CU(cu.cuStreamWaitEvent(cs, ring_event(2 * step).get(), 0));
-    r_.comm.ring_shift(sent[i % 2], received[i % 2], count, ElemType::fp32, cs);
+    r_.comm.ring_shift(sent, received, count, ElemType::fp32, cs);
     ring_event(2 * step + 1).record(cs);
   }
 }

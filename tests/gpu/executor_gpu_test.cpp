@@ -215,16 +215,23 @@ TEST(GpuExecutor, RingsPassTheSameChecksAtEveryRankCount) {
             "  sequence_parallel = true  overlap = ring } " + mode + "\n}\n";
         const Spec spec = spec_from(text);
         PlanOptions po;
-        po.tokens = 48 * static_cast<std::uint64_t>(ranks);
+        // 128 tokens per rank: an FP8 column layer's wgrad reads x by rank
+        // segments of K (a gather_k ring); 48: no multiple of a GEMM tile.
+        const bool k_ring = column && std::string(recipe) != "none" && ranks != 2;
+        po.tokens = (k_ring ? 128 : 48) * static_cast<std::uint64_t>(ranks);
         const Plan plan = plan_spec(spec, po);
         const LoweredLayer lowered =
             lower_for_gpu(spec.layers[0], plan.layers[0], cublaslt_lower_options());
-        int rings = 0;
+        int rings = 0, k_rings = 0;
         for (const auto* pass : {&lowered.forward, &lowered.backward})
           for (const auto& step : *pass)
             for (const auto& a : step.actions)
-              if (const auto* g = std::get_if<GemmCall>(&a)) rings += g->ring != RingForm::none;
+              if (const auto* g = std::get_if<GemmCall>(&a)) {
+                rings += g->ring != RingForm::none;
+                k_rings += g->ring == RingForm::gather_k;
+              }
         EXPECT_GE(rings, 1);
+        EXPECT_EQ(k_rings, k_ring ? 1 : 0);
         cpu::VerifyOptions o;
         o.tokens = po.tokens;
         o.steps = 2;
