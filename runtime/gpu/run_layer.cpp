@@ -79,7 +79,8 @@ std::vector<std::vector<cpu::RankStepResult>> run_layer_on_gpu(
   const int n = static_cast<int>(plan.ranks);
   LocalDeviceGroup group(n, options.timeout, jit);
   std::vector<std::unique_ptr<DeviceCommunicator>> comms;
-  for (int r = 0; r < n; ++r) comms.push_back(group.communicator(r));
+  for (int r = 0; r < n; ++r)
+    comms.push_back(options.wrap ? options.wrap(group.communicator(r)) : group.communicator(r));
 
   std::vector<std::vector<cpu::RankStepResult>> results(static_cast<std::size_t>(n));
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,12 +18,18 @@
 
 namespace fp8c::runtime {
 
+class DeviceCommunicator;
+
 struct GpuRunOptions {
   std::chrono::milliseconds timeout{60'000};
   std::vector<std::string> capture;  // full tensor names, as cpu::ExecutorOptions::capture
   // Fault injection for tests: this rank's first step fails before its first
   // collective (its peers must end with an error, not hang).
   int fail_rank = -1;
+  // For tests: each rank's communicator of the single-GPU group, wrapped
+  // (one whose data lands later on its stream than the group's does, to
+  // show that every wait between the streams is there).
+  std::function<std::unique_ptr<DeviceCommunicator>(std::unique_ptr<DeviceCommunicator>)> wrap;
 };
 
 // [rank][step]. Each rank starts from `initial` state (empty: the recipe's
@@ -33,7 +41,6 @@ std::vector<std::vector<cpu::RankStepResult>> run_layer_on_gpu(
     const cpu::LayerState& initial = {});
 
 class KernelSet;
-class DeviceCommunicator;
 
 // One rank's steps with a communicator the caller owns (NCCL, one process
 // per GPU; or one of a LocalDeviceGroup's). The device's context must be
