@@ -21,10 +21,7 @@ class CollectivesTest : public ::testing::TestWithParam<GroupParam> {
   int world() const { return GetParam().size; }
 
   void run(const RankFunction& fn) {
-    RankGroupOptions options;
-    options.backend = GetParam().backend;
-    options.timeout = std::chrono::seconds(20);
-    expect_no_failures(run_ranks(world(), options, fn));
+    expect_no_failures(run_group(GetParam().backend, world(), std::chrono::seconds(20), fn));
   }
 
   // Every rank's input for `dtype`, as all ranks would compute it.

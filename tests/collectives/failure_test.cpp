@@ -32,10 +32,7 @@ class FailureTest : public ::testing::TestWithParam<Backend> {
  protected:
   std::vector<std::exception_ptr> run(int size, std::chrono::milliseconds timeout,
                                       const RankFunction& fn) {
-    RankGroupOptions options;
-    options.backend = GetParam();
-    options.timeout = timeout;
-    return run_ranks(size, options, fn);
+    return run_group(GetParam(), size, timeout, fn);
   }
   bool gloo() const { return GetParam() == Backend::kGloo; }
 };

@@ -39,10 +39,7 @@ class RingShiftTest : public ::testing::TestWithParam<GroupParam> {
   int world() const { return GetParam().size; }
 
   void run(const RankFunction& fn) {
-    RankGroupOptions options;
-    options.backend = GetParam().backend;
-    options.timeout = std::chrono::seconds(30);
-    expect_no_failures(run_ranks(world(), options, fn));
+    expect_no_failures(run_group(GetParam().backend, world(), std::chrono::seconds(30), fn));
   }
 };
 
@@ -139,15 +136,13 @@ TEST_P(RingShiftTest, ZeroCountNeedsNoBuffers) {
 }
 
 TEST_P(RingShiftTest, OverlappingSendAndRecvAreRefusedOnEveryRank) {
-  RankGroupOptions options;
-  options.backend = GetParam().backend;
-  options.timeout = std::chrono::seconds(10);
-  const auto failures = run_ranks(world(), options, [&](Communicator& comm) {
-    std::vector<float> buffer(16, 1.0f);
-    // Exactly in place is refused too: there is no in-place form.
-    const float* sends[] = {buffer.data(), buffer.data() + 3};
-    comm.ring_shift(sends[comm.rank() % 2], buffer.data(), 8, ElemType::fp32);
-  });
+  const auto failures =
+      run_group(GetParam().backend, world(), std::chrono::seconds(10), [&](Communicator& comm) {
+        std::vector<float> buffer(16, 1.0f);
+        // Exactly in place is refused too: there is no in-place form.
+        const float* sends[] = {buffer.data(), buffer.data() + 3};
+        comm.ring_shift(sends[comm.rank() % 2], buffer.data(), 8, ElemType::fp32);
+      });
   for (int rank = 0; rank < world(); ++rank) {
     const auto error = collective_error_of(failures[static_cast<std::size_t>(rank)]);
     ASSERT_TRUE(error.has_value()) << "rank " << rank << " accepted overlapping buffers";
@@ -166,10 +161,7 @@ class RingShiftFailureTest : public ::testing::TestWithParam<Backend> {
  protected:
   std::vector<std::exception_ptr> run(int size, std::chrono::milliseconds timeout,
                                       const RankFunction& fn) {
-    RankGroupOptions options;
-    options.backend = GetParam();
-    options.timeout = timeout;
-    return run_ranks(size, options, fn);
+    return run_group(GetParam(), size, timeout, fn);
   }
 
   // Every rank ended with kMismatch whose text contains `text`.

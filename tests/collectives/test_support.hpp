@@ -43,6 +43,17 @@ inline std::string group_param_name(const ::testing::TestParamInfo<GroupParam>& 
   return backend + "_" + std::to_string(info.param.size) + "ranks";
 }
 
+// Runs `fn` on `size` ranks of `backend`, each collective bounded by
+// `timeout`: each rank's error, if any (run_ranks).
+inline std::vector<std::exception_ptr> run_group(Backend backend, int size,
+                                                 std::chrono::milliseconds timeout,
+                                                 const RankFunction& fn) {
+  RankGroupOptions options;
+  options.backend = backend;
+  options.timeout = timeout;
+  return run_ranks(size, options, fn);
+}
+
 inline std::vector<GroupParam> all_groups() {
   std::vector<GroupParam> groups;
   for (Backend backend : {Backend::kInProcess, Backend::kGloo}) {
