@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <ostream>
 
 #include "codegen/lower/ring.hpp"
 #include "codegen/plan/planner.hpp"
@@ -59,6 +60,12 @@ struct Case {
   // columnwise copy by rank segments of K (a gather_k ring); 32 permutes it.
   int per_rank = 32;
 };
+
+// Readable parameters in test listings and CTest names, not the case's bytes.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.recipe << " " << c.mode << " " << c.dtype << " ranks " << c.ranks << " tokens/rank "
+      << c.per_rank;
+}
 
 class CpuRing : public ::testing::TestWithParam<Case> {};
 
