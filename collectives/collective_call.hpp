@@ -23,6 +23,15 @@ enum class CollectiveKind : std::uint8_t {
   kRingShift,  // rank r's send lands in the recv of rank (r + 1) % size
 };
 
+// ring_shift's neighbours, for every backend: rank r sends to
+// ring_next(r, size) and receives from ring_previous(r, size).
+inline int ring_next(int rank, int size) {
+  return (rank + 1) % size;
+}
+inline int ring_previous(int rank, int size) {
+  return (rank + size - 1) % size;
+}
+
 // "all_gather", "reduce_scatter", ..., "ring_shift"
 std::string_view collective_name(CollectiveKind kind);
 

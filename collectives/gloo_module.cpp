@@ -228,8 +228,8 @@ class GlooCommunicator final : public Communicator {
         std::memcpy(recv, send, bytes);
         return;
       }
-      const int next = (rank() + 1) % size();
-      const int previous = (rank() + size() - 1) % size();
+      const int next = ring_next(rank(), size());
+      const int previous = ring_previous(rank(), size());
       const std::uint64_t slot = gloo::Slot::build(kRingShiftSlotPrefix, tag(call, kDataTag));
       auto incoming = context_->createUnboundBuffer(recv, bytes);
       auto outgoing = context_->createUnboundBuffer(writable(send), bytes);

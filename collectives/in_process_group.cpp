@@ -61,7 +61,7 @@ class InProcessCommunicator final : public Communicator {
   // so writing recv never touches what the next rank reads.
   void run_ring_shift(const CollectiveCall& call, const void* send, void* recv) override {
     const auto deadline = deadline_from_now();
-    const int previous = (rank() + size() - 1) % size();
+    const int previous = ring_previous(rank(), size());
     rendezvous_->published(rank()) = send;
     rendezvous_->wait_for_all(rank(), call, InProcessRendezvous::Phase::kArrive, deadline,
                               timeout());

@@ -106,6 +106,27 @@ struct LoweredStep {
   // beside the GEMMs that do not need it.
   std::vector<int> after;
   bool on_side_stream = false;
+
+  // The first action of type A (KernelLaunch, GemmCall, CollectiveCall), or
+  // nullptr.
+  template <typename A>
+  const A* find() const {
+    for (const auto& a : actions)
+      if (const auto* x = std::get_if<A>(&a)) return x;
+    return nullptr;
+  }
+  // The kernel launch playing `role`, or nullptr.
+  const KernelLaunch* find_launch(LaunchRole role) const {
+    for (const auto& a : actions)
+      if (const auto* k = std::get_if<KernelLaunch>(&a); k && k->role == role) return k;
+    return nullptr;
+  }
+  // overlap = ring: the GEMM step whose ring this collective step is (the
+  // step itself then issues nothing), or -1.
+  int ring_gemm() const {
+    const auto* c = find<CollectiveCall>();
+    return c ? c->ring_gemm : -1;
+  }
 };
 
 // Scratch space a layer's steps share, in bytes (0: none).

@@ -21,14 +21,6 @@ std::vector<int> scratch_of(const LoweredStep& l) {
   return v;
 }
 
-// overlap = ring: the step whose ring this collective step is (it then
-// issues nothing itself), or -1.
-int ring_gemm_of(const LoweredStep& l) {
-  for (const auto& a : l.actions)
-    if (const auto* c = std::get_if<CollectiveCall>(&a)) return c->ring_gemm;
-  return -1;
-}
-
 }  // namespace
 
 std::vector<int> schedule_pass(const std::vector<Step>& steps, std::vector<LoweredStep>& lowered,
@@ -47,7 +39,7 @@ std::vector<int> schedule_pass(const std::vector<Step>& steps, std::vector<Lower
   std::vector<bool> issues_collectives(n, false);
   for (std::size_t i = 0; i < n; ++i) issues_collectives[i] = steps[i].is_collective();
   for (std::size_t c = 0; c < n; ++c) {
-    const int g = ring_gemm_of(lowered[c]);
+    const int g = lowered[c].ring_gemm();
     if (g < 0) continue;
     const auto gi = static_cast<std::size_t>(g);
     reads[gi].insert(reads[gi].end(), reads[c].begin(), reads[c].end());

@@ -137,9 +137,8 @@ class LocalDeviceCommunicator final : public DeviceCommunicator {
       const std::uint64_t bytes = block_bytes(call);
       if (bytes == 0) return;
       for (int r = 0; r < size(); ++r) {
-        const int previous = (r + size() - 1) % size();
-        FP8C_CU(
-            driver().cuMemcpyDtoDAsync(slot(r).recv, slot(previous).send, bytes, group_stream()));
+        FP8C_CU(driver().cuMemcpyDtoDAsync(
+            slot(r).recv, slot(collectives::ring_previous(r, size())).send, bytes, group_stream()));
       }
     });
   }

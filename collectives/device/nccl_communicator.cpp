@@ -297,8 +297,8 @@ void NcclCommunicator::ring_shift(CUdeviceptr send, CUdeviceptr recv, std::size_
                                   ElemType dtype, CUstream stream) {
   const CollectiveCall call =
       sequence_.next(CollectiveKind::kRingShift, count, dtype, ReduceOp::kSum, 0);
-  const int next = (rank() + 1) % size();
-  const int previous = (rank() + size() - 1) % size();
+  const int next = collectives::ring_next(rank(), size());
+  const int previous = collectives::ring_previous(rank(), size());
   enqueue(call, send, recv, stream, [&](ncclComm_t comm) {
     // Every rank has the same count, so all skip together; NCCL then never
     // sees the null buffers a count of 0 allows.

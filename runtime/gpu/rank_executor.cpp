@@ -28,26 +28,13 @@ bool is_scale_pair(const Tensor& t) {
   return t.form == Form::scale || t.form == Form::next_scale;
 }
 
-const KernelLaunch* find_launch(const LoweredStep& l, LaunchRole role) {
-  for (const auto& a : l.actions)
-    if (const auto* k = std::get_if<KernelLaunch>(&a); k && k->role == role) return k;
-  return nullptr;
-}
-
 template <typename K>
 const K& launch_kernel(const LoweredStep& l, LaunchRole role) {
-  const KernelLaunch* k = find_launch(l, role);
+  const KernelLaunch* k = l.find_launch(role);
   if (!k)
     throw std::logic_error("gpu executor: the lowered step has no " + std::string(to_string(role)) +
                            " launch");
   return std::get<K>(k->kernel.description);
-}
-
-template <typename A>
-const A* find_action(const LoweredStep& l) {
-  for (const auto& a : l.actions)
-    if (const auto* x = std::get_if<A>(&a)) return x;
-  return nullptr;
 }
 
 // The logical dim a GEMM operand contracts over (fprop K = in: dim 1 of both;
@@ -137,10 +124,10 @@ GpuRankExecutor::GpuRankExecutor(const Layer& layer, const LayerPlan& plan,
   const auto partials = [&](const std::vector<Step>& steps, const std::vector<LoweredStep>& low) {
     for (std::size_t i = 0; i < steps.size(); ++i) {
       const std::vector<int> in = steps[i].inputs();
-      if (in.empty() || !find_launch(low[i], LaunchRole::dbias_reduce)) continue;
+      if (in.empty() || !low[i].find_launch(LaunchRole::dbias_reduce)) continue;
       const Tensor& src = plan.tensor(in[0]);
       const auto rows = static_cast<int>(src.dims[0].local);
-      const bool by_epilogue = find_launch(low[i], LaunchRole::dact_to_staging) ||
+      const bool by_epilogue = low[i].find_launch(LaunchRole::dact_to_staging) ||
                                steps[i].kind() == StepKind::grad_epilogue;
       const int tiles =
           by_epilogue ? EpilogueLauncher::dbias_tiles(rows) : QuantizeLauncher::tiles(rows);
@@ -295,7 +282,7 @@ namespace {
 // is one too: the caller adds it).
 bool has_collective(const std::vector<LoweredStep>& pass) {
   for (const auto& l : pass)
-    if (find_action<CollectiveCall>(l)) return true;
+    if (l.find<CollectiveCall>()) return true;
   return false;
 }
 
@@ -371,7 +358,7 @@ void GpuRankExecutor::prepare_gemms() {
     for (std::size_t i = 0; i < steps->size(); ++i)
       if (const auto* g = (*steps)[i].as<GemmStep>()) {
         // cuBLASLt has nothing to ready (and its refusals stay the step's).
-        const GemmCall* call = find_action<GemmCall>((*lowered)[i]);
+        const GemmCall* call = (*lowered)[i].find<GemmCall>();
         if (call && call->backend == "generated") gemm(*g, (*lowered)[i]);
       }
   }
@@ -439,7 +426,7 @@ void GpuRankExecutor::run_pass(const char* pass, const std::vector<Step>& steps,
   ++passes_run_;
   // Each step's stream: the lowering's, where this executor was given it.
   const auto stream_of = [&](const LoweredStep& l) {
-    if (const auto* c = find_action<CollectiveCall>(l); c && c->on_comm_stream && r_.comm_stream)
+    if (const auto* c = l.find<CollectiveCall>(); c && c->on_comm_stream && r_.comm_stream)
       return r_.comm_stream;
     if (l.on_side_stream && r_.side_stream) return r_.side_stream;
     return main;
@@ -493,7 +480,7 @@ void GpuRankExecutor::run_pass(const char* pass, const std::vector<Step>& steps,
     if (weight_cached_ && lowered[i].weight_only) continue;
     // A ring's collective runs inside its GEMM's step; its own step issues
     // nothing and nothing waits for it (the schedule gives it no hazards).
-    if (const auto* c = find_action<CollectiveCall>(lowered[i]); c && c->ring_gemm >= 0) {
+    if (lowered[i].ring_gemm() >= 0) {
       for (int id : s.outputs()) written_[static_cast<std::size_t>(id)] = true;
       continue;
     }
@@ -546,12 +533,7 @@ void GpuRankExecutor::execute(const Step& step, const LoweredStep& l) {
                  [&](const ScaleUpdateStep& s) { scale_update(s, l); },
                  [&](const EpilogueStep& s) { epilogue(s, l); },
                  [&](const GradEpilogueStep& s) { grad_epilogue(s, l); },
-                 [&](const auto&) {
-                   // A ring's collective runs inside its GEMM's step (run_pass
-                   // does not come here for it).
-                   if (const auto* c = find_action<CollectiveCall>(l); !c || c->ring_gemm < 0)
-                     collective(step);
-                 },
+                 [&](const auto&) { collective(step); },
              },
              step.op);
 }
@@ -628,12 +610,12 @@ void GpuRankExecutor::quantize(const QuantizeStep& s, const LoweredStep& l) {
   const Tensor& src = plan_.tensor(s.src);
   const int rows = static_cast<int>(src.dims[0].local);
   const int cols = static_cast<int>(src.dims[1].local);
-  const KernelLaunch* k = find_launch(l, LaunchRole::quantize);
+  const KernelLaunch* k = l.find_launch(LaunchRole::quantize);
   if (!k) throw std::logic_error("gpu executor: a quantize step without its kernel");
   if (const auto* b = std::get_if<BlockQuantizeKernel>(&k->kernel.description)) {
     BlockQuantizeArgs a;
     a.x = at(s.src);
-    if (const KernelLaunch* staged = find_launch(l, LaunchRole::dact_to_staging)) {
+    if (const KernelLaunch* staged = l.find_launch(LaunchRole::dact_to_staging)) {
       // dact / dbias the block kernel does not fuse: dz into staging first.
       EpilogueArgs e;
       e.x = at(s.src);
@@ -809,7 +791,7 @@ GemmOperand GpuRankExecutor::dequantized_operand(int id, int kd, const Dequantiz
 // whole operand's do.
 CUdeviceptr GpuRankExecutor::k_block_major_scales(const LoweredStep& l, LaunchRole role, int id,
                                                   GemmOperand& op, CUdeviceptr into) {
-  if (!find_launch(l, role)) return into;
+  if (!l.find_launch(role)) return into;
   const std::int64_t blocks = op.k / 128;
   const int segments = plan_.tensor(id).segmented ? static_cast<int>(plan_.ranks) : 1;
   if (!preparing_)
@@ -888,7 +870,7 @@ void GpuRankExecutor::run_gemm(const GemmStep& s, const GemmCall& call, const Ge
 }
 
 void GpuRankExecutor::gemm(const GemmStep& s, const LoweredStep& l) {
-  const GemmCall* call = find_action<GemmCall>(l);
+  const GemmCall* call = l.find<GemmCall>();
   if (!call) throw std::logic_error("gpu executor: a GEMM step without its call");
   const OutputEpilogue& e = s.epilogue;
   const Tensor& out = plan_.tensor(s.out);

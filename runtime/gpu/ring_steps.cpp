@@ -21,20 +21,6 @@
 #include "runtime/gpu/rank_executor.hpp"
 
 namespace fp8c::runtime {
-namespace {
-
-std::size_t round_up(std::size_t v, std::size_t to) {
-  return (v + to - 1) / to * to;
-}
-
-const KernelLaunch* find_launch(const LoweredStep& l, LaunchRole role) {
-  for (const auto& a : l.actions)
-    if (const auto* k = std::get_if<KernelLaunch>(&a); k && k->role == role) return k;
-  return nullptr;
-}
-
-}  // namespace
-
 template <typename T>
 const T& GpuRankExecutor::ring_collective(const GemmCall& call) const {
   const auto i = static_cast<std::size_t>(call.ring_collective);
@@ -127,12 +113,14 @@ void GpuRankExecutor::ring_scatter_rows(const GemmStep& s, const LoweredStep& l,
   const std::uint64_t count = out.elements();
   if (g.a.k_outer || g.a.rows != m * ranks)
     throw std::logic_error("gpu executor: a ring GEMM whose A is not the scattered rows");
-  const KernelLaunch* k = find_launch(l, LaunchRole::ring_sum);
+  const KernelLaunch* k = l.find_launch(LaunchRole::ring_sum);
   if (!k) throw std::logic_error("gpu executor: a ring reduce-scatter without its sum kernel");
-  const std::size_t sum_bytes = round_up(count * 4, 256);
-  if (!preparing_ && ring_sums_.bytes() < 2 * sum_bytes)
+  // The lowering sized the staging as two halves, each the largest chunk's
+  // fp32 sum rounded up to 256 bytes (StagingSizes::ring_sums).
+  const std::size_t half = ring_sums_.bytes() / 2;
+  if (!preparing_ && count * 4 > half)
     throw std::logic_error("gpu executor: the ring's running sums do not fit their staging");
-  const CUdeviceptr received = ring_sums_.get(), sent = ring_sums_.get() + sum_bytes;
+  const CUdeviceptr received = ring_sums_.get(), sent = ring_sums_.get() + half;
   const DriverApi& cu = driver();
   const CUstream cs = ring_stream();
   for (int i = 0; i < ranks; ++i) {

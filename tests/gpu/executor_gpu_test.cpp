@@ -225,11 +225,10 @@ TEST(GpuExecutor, RingsPassTheSameChecksAtEveryRankCount) {
         int rings = 0, k_rings = 0;
         for (const auto* pass : {&lowered.forward, &lowered.backward})
           for (const auto& step : *pass)
-            for (const auto& a : step.actions)
-              if (const auto* g = std::get_if<GemmCall>(&a)) {
-                rings += g->ring != RingForm::none;
-                k_rings += g->ring == RingForm::gather_k;
-              }
+            if (const auto* g = step.find<GemmCall>()) {
+              rings += g->ring != RingForm::none;
+              k_rings += g->ring == RingForm::gather_k;
+            }
         EXPECT_GE(rings, 1);
         EXPECT_EQ(k_rings, k_ring ? 1 : 0);
         cpu::VerifyOptions o;

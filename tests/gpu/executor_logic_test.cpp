@@ -791,9 +791,7 @@ TEST(ExecutorLogic, WeightOnlyStepsAreTheWeightsCastsAndNothingElse) {
 TEST(ExecutorLogic, TheSideStreamScheduleKeepsEveryHazard) {
   int side = 0, reordered = 0, passes = 0;
   const auto scratch = [](const LoweredStep& l, LaunchRole role) {
-    for (const auto& a : l.actions)
-      if (const auto* k = std::get_if<KernelLaunch>(&a); k && k->role == role) return true;
-    return false;
+    return l.find_launch(role) != nullptr;
   };
   for_each_lowered_layer({1u, 2u, 4u, 8u}, [&](const std::string& where, const Layer&,
                                                const LayerPlan& lp, const LoweredLayer& low) {
@@ -819,17 +817,16 @@ TEST(ExecutorLogic, TheSideStreamScheduleKeepsEveryHazard) {
         out[i] = (*steps)[i].outputs();
         issues[i] = (*steps)[i].is_collective();
       }
-      for (std::size_t c = 0; c < n; ++c)
-        for (const auto& a : (*lowered)[c].actions)
-          if (const auto* call = std::get_if<CollectiveCall>(&a); call && call->ring_gemm >= 0) {
-            const auto g = static_cast<std::size_t>(call->ring_gemm);
-            in[g].insert(in[g].end(), in[c].begin(), in[c].end());
-            out[g].insert(out[g].end(), out[c].begin(), out[c].end());
-            in[c].clear();
-            out[c].clear();
-            issues[c] = false;
-            issues[g] = true;
-          }
+      for (std::size_t c = 0; c < n; ++c) {
+        if ((*lowered)[c].ring_gemm() < 0) continue;
+        const auto g = static_cast<std::size_t>((*lowered)[c].ring_gemm());
+        in[g].insert(in[g].end(), in[c].begin(), in[c].end());
+        out[g].insert(out[g].end(), out[c].begin(), out[c].end());
+        in[c].clear();
+        out[c].clear();
+        issues[c] = false;
+        issues[g] = true;
+      }
       int last_collective = -1;
       for (std::size_t k = 0; k < n; ++k) {
         const auto i = static_cast<std::size_t>((*order)[k]);
@@ -891,23 +888,15 @@ TEST(ExecutorLogic, RingsPairEachCollectiveWithTheGemmThatTakesItByChunks) {
       for (std::size_t c = 0; c < steps->size(); ++c) {
         const Step& s = (*steps)[c];
         candidates += s.kind() == StepKind::all_gather || s.kind() == StepKind::reduce_scatter;
-        const CollectiveCall* call = nullptr;
-        for (const auto& a : (*lowered)[c].actions)
-          if (const auto* x = std::get_if<CollectiveCall>(&a)) call = x;
-        if (!call || call->ring_gemm < 0) continue;
+        if ((*lowered)[c].ring_gemm() < 0) continue;
         ++found;
         ASSERT_TRUE(ring) << where;
-        const auto g = static_cast<std::size_t>(call->ring_gemm);
+        const auto g = static_cast<std::size_t>((*lowered)[c].ring_gemm());
         ASSERT_LT(g, steps->size()) << where;
         const GemmStep* gemm = (*steps)[g].as<GemmStep>();
         ASSERT_NE(gemm, nullptr) << where;
-        const GemmCall* gc = nullptr;
-        bool sums = false;
-        for (const auto& a : (*lowered)[g].actions) {
-          if (const auto* x = std::get_if<GemmCall>(&a)) gc = x;
-          if (const auto* k = std::get_if<KernelLaunch>(&a))
-            sums = sums || k->role == LaunchRole::ring_sum;
-        }
+        const GemmCall* gc = (*lowered)[g].find<GemmCall>();
+        const bool sums = (*lowered)[g].find_launch(LaunchRole::ring_sum) != nullptr;
         ASSERT_NE(gc, nullptr) << where;
         EXPECT_EQ(gc->ring_collective, static_cast<int>(c)) << where;
         ++rings[static_cast<int>(gc->ring)];
