@@ -145,7 +145,8 @@ struct Session::Impl {
         lowered(planned.lowered),
         jit(device.arch(),
             runtime::CubinCache(o.cache_dir.empty() ? runtime::CubinCache::default_directory()
-                                                    : o.cache_dir)) {
+                                                    : o.cache_dir),
+            spec.backend) {
     device.make_current();
     check_weight_cache = o.check_weight_cache;
     // What runs is what the lowering says, and what it lists is what is
@@ -158,7 +159,7 @@ struct Session::Impl {
     kernels = std::make_unique<runtime::KernelSet>(jit, lowered.kernel_list(), o.compile_threads);
     for (const auto& c : kernels->compiled())
       reports.push_back(
-          {c.name, c.milliseconds, c.cache == runtime::CacheOutcome::hit, c.registers});
+          {c.name, c.milliseconds, c.cache == runtime::CacheOutcome::hit, c.registers, c.compiler});
     if (o.launched) {
       comm = runtime::make_nccl_communicator(boot, boot.local_rank, o.collective_timeout);
     } else {
@@ -189,7 +190,7 @@ struct Session::Impl {
     for (auto& [name, run] : layers) run.exec->prepare_gemms();
     for (const auto& c : generated_gemm->loaded_kernels())
       reports.push_back(
-          {c.name, c.milliseconds, c.cache == runtime::CacheOutcome::hit, c.registers});
+          {c.name, c.milliseconds, c.cache == runtime::CacheOutcome::hit, c.registers, c.compiler});
   }
 
   // Points the producer's FP8 output scale and amax at its consumer's

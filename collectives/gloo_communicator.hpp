@@ -27,18 +27,11 @@
 // The backend itself is a module, libfp8c_gloo.so, which is the only part of
 // fp8c that needs libgloo.so.0 (the GPU machine has no gloo). It is loaded
 // once per process, the first time a store or group is asked for, from the
-// first of these that exists (collectives/gloo_module.hpp has the ABI):
-//   1. $FP8C_GLOO_MODULE, when set and not empty: that file and nothing
-//      else, so an override never silently falls back to another copy;
-//   2. a module already in the process (a program linked with it, like the
-//      collectives tests);
-//   3. next to the binary that holds this code: the directory D of
-//      libfp8c.so, or of the executable (/proc/self/exe) when fp8c is linked
-//      statically, then D/../<install libdir> and D/../lib (an installed
-//      bin/fp8c, and build/tools/fp8c with the module in build/lib);
-//   4. the install libdir configured at build time (CMAKE_INSTALL_FULL_LIBDIR);
-//   5. the dynamic linker's own search for libfp8c_gloo.so (LD_LIBRARY_PATH,
-//      ld.so.cache).
+// first place that has it, in common/module_loader.hpp's search order
+// ($FP8C_GLOO_MODULE, a module already in the process such as the
+// collectives tests', next to libfp8c.so or the program, the install
+// libdir, the dynamic linker's search); collectives/gloo_module.hpp has the
+// ABI.
 // When none loads, everything that needs gloo throws GlooUnavailable naming
 // the module, each place tried and why it failed (dlerror()); the rest of
 // fp8c, the in-process backend included, works as before.

@@ -21,8 +21,8 @@ Checker::Checker(const SourceFile& file, Diagnostics& diagnostics, const CheckOp
 
 namespace {
 
-const std::vector<std::string_view> kDeclarationKinds = {"recipe", "layout", "layer", "debug",
-                                                         "target"};
+const std::vector<std::string_view> kDeclarationKinds = {"recipe", "layout", "layer",
+                                                         "debug",  "target", "backend"};
 
 bool reserved_recipe_word(const std::string& name) {
   for (const auto& [word, kind] : names<RecipeKind>())
@@ -46,21 +46,26 @@ void Checker::collect(const ast::File& file) {
       diagnostics_.error(
           declaration.kind.where,
           "unknown declaration " + quoted(kind) + did_you_mean(kind, kDeclarationKinds) +
-              " (a file declares recipes, layouts, layers, debug blocks and a target)");
+              " (a file declares recipes, layouts, layers, debug blocks, a target and a backend)");
       continue;
     }
-    if (kind == "target") {
+    if (kind == "target" || kind == "backend") {
+      const bool target = kind == "target";
       if (declaration.has_name) {
-        diagnostics_.error(declaration.name.where, "'target' takes no name: write `target = sm_90a`");
+        diagnostics_.error(declaration.name.where,
+                           "'" + kind + "' takes no name: write `" +
+                               (target ? "target = sm_90a" : "backend = llvm") + "`");
         continue;
       }
-      if (target_written_) {
-        diagnostics_.error(declaration.kind.where, "the target is set twice");
-        diagnostics_.note(target_where_, "first set here");
+      bool& written = target ? target_written_ : backend_written_;
+      SourceRange& where = target ? target_where_ : backend_where_;
+      if (written) {
+        diagnostics_.error(declaration.kind.where, "the " + kind + " is set twice");
+        diagnostics_.note(where, "first set here");
         continue;
       }
-      target_written_ = true;
-      target_where_ = span_of(declaration.value);
+      written = true;
+      where = span_of(declaration.value);
       declaration_order_.push_back(&declaration);
       continue;
     }
@@ -119,13 +124,30 @@ void Checker::check_target() {
   read_.unknown_word(*atom, "target", {known.begin(), known.end()});
 }
 
+// `backend = nvrtc | llvm`: which compiler builds the generated kernels.
+// Whether this build has the LLVM backend is not the checker's business
+// (the spec is the same on every machine); compiling says so.
+void Checker::check_backend() {
+  backend_ = options_.backend.value_or(KernelBackend::nvrtc);
+  if (!backend_written_ || options_.backend) return;
+  const ast::Declaration* declaration = nullptr;
+  for (const auto* d : declaration_order_)
+    if (d->kind.text == "backend") declaration = d;
+  ast::Entry entry{declaration->kind, declaration->value, declaration->where};
+  const ast::Atom* atom = read_.single(entry);
+  if (!atom) return;
+  if (auto v = read_.word<KernelBackend>(*atom, "kernel backend")) backend_ = *v;
+}
+
 std::optional<Spec> Checker::check(const ast::File& file) {
   collect(file);
   check_target();
+  check_backend();
   resolve_named_settings();
 
   Spec spec;
   spec.target = target_;
+  spec.backend = backend_;
   for (const auto* declaration : declaration_order_) {
     const std::string& kind = declaration->kind.text;
     const std::string& name = declaration->name.text;

@@ -40,6 +40,7 @@ class Checker {
   // checker.cpp
   void collect(const ast::File& file);
   void check_target();
+  void check_backend();
 
   // check_settings.cpp: `atoms` is a whole value such as `hybrid`,
   // `current { forward = e4m3 }` or `{ tensor_parallel = 8 }`.
@@ -81,6 +82,9 @@ class Checker {
   Target target_;
   SourceRange target_where_{};
   bool target_written_ = false;
+  KernelBackend backend_ = KernelBackend::nvrtc;
+  SourceRange backend_where_{};
+  bool backend_written_ = false;
 
   // Top-level declarations by kind, then name.
   std::map<std::string, const ast::Declaration*> recipe_declarations_;

@@ -64,6 +64,7 @@ FP8C_NAMES(Activation, {"none", Activation::none}, {"relu", Activation::relu},
 FP8C_NAMES(SaveInput, {"fp8", SaveInput::fp8}, {"original", SaveInput::original})
 FP8C_NAMES(GemmBackend, {"auto", GemmBackend::automatic}, {"cublaslt", GemmBackend::cublaslt},
            {"generated", GemmBackend::generated})
+FP8C_NAMES(KernelBackend, {"nvrtc", KernelBackend::nvrtc}, {"llvm", KernelBackend::llvm})
 FP8C_NAMES(GemmKind, {"fprop", GemmKind::fprop}, {"dgrad", GemmKind::dgrad},
            {"wgrad", GemmKind::wgrad})
 

@@ -52,6 +52,7 @@ std::string explain_spec(const Spec& spec) {
   std::ostringstream out;
   out << "# fp8c explain: every setting resolved, every default written out.\n";
   out << "target = " << spec.target.str() << "\n";
+  out << "backend = " << to_string(spec.backend) << "\n";
   for (const auto& r : spec.recipes) {
     out << "\nrecipe " << r.name << " = ";
     recipe_block(out, r, "");

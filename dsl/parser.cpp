@@ -125,16 +125,17 @@ const auto entry_def = word > lit('=') > value;
 const auto atom_def = number | block | (word >> !lit('='));
 const auto value_def = +atom;
 // At the top level it also ends where the next declaration begins: `kind =`
-// or `kind name =`. Only `target` is declared without a name, so in
-// `... W target = sm_90a` the word W ends a value and `target =` begins the
-// next declaration, unless W is itself a declaration keyword
-// (`layer target = ...` declares a layer named "target").
+// or `kind name =`. Only `target` and `backend` are declared without a
+// name, so in `... W target = sm_90a` the word W ends a value and
+// `target =` begins the next declaration, unless W is itself a declaration
+// keyword (`layer target = ...` declares a layer named "target").
 const auto keyword = [](const char* k) { return lexeme[lit(k) >> !(alnum | '_')]; };
+const auto nameless_keyword = keyword("target") | keyword("backend");
 const auto declaration_keyword =
-    keyword("recipe") | keyword("layout") | keyword("layer") | keyword("debug") | keyword("target");
+    keyword("recipe") | keyword("layout") | keyword("layer") | keyword("debug") | nameless_keyword;
 const auto top_atom_def =
     number | block | (&declaration_keyword >> word >> !(lit('=') | (word >> lit('=')))) |
-    (!declaration_keyword >> word >> !(lit('=') | (!keyword("target") >> word >> lit('='))));
+    (!declaration_keyword >> word >> !(lit('=') | (!nameless_keyword >> word >> lit('='))));
 const auto top_value_def = +top_atom;
 // The name is optional (`target = ...` has none); taking any second word as
 // the name makes `recipe hybrid delayed { ... }` fail at `delayed`, where the

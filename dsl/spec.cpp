@@ -95,6 +95,7 @@ FP8C_TO_STRING(ParallelMode)
 FP8C_TO_STRING(Activation)
 FP8C_TO_STRING(SaveInput)
 FP8C_TO_STRING(GemmBackend)
+FP8C_TO_STRING(KernelBackend)
 FP8C_TO_STRING(GemmKind)
 
 #undef FP8C_TO_STRING

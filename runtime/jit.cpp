@@ -7,25 +7,45 @@
 #include <mutex>
 #include <thread>
 
+#include "codegen/backends/llvm/llvm_backend.hpp"
 #include "runtime/kernel_batch.hpp"
 #include "runtime/nvrtc.hpp"
+#include "runtime/ptx_compiler.hpp"
 
 namespace fp8c::runtime {
 
-Jit::Jit(std::string arch, CubinCache cache) : arch_(std::move(arch)), cache_(std::move(cache)) {}
+Jit::Jit(std::string arch, CubinCache cache, KernelBackend backend)
+    : arch_(std::move(arch)), cache_(std::move(cache)), backend_(backend) {}
+
+bool Jit::lowers_through_llvm(const KernelSource& kernel) const {
+  return backend_ == KernelBackend::llvm && kernel.ir && kernel.language == SourceLanguage::cuda;
+}
+
+std::string Jit::compiler_of(const KernelSource& kernel) const {
+  if (lowers_through_llvm(kernel))
+    return "llvm " + llvm_backend::llvm_version() + " + " + ptx_compiler_version();
+  if (kernel.language == SourceLanguage::ptx) return ptx_compiler_version();
+  const NvrtcApi& api = nvrtc();
+  return "nvrtc " + std::to_string(api.major) + "." + std::to_string(api.minor);
+}
 
 Digest Jit::key(const KernelSource& kernel) const {
-  const NvrtcApi& api = nvrtc();
   Sha256 h;
   // Each field is length-prefixed so that no two different inputs hash the same bytes.
   const auto field = [&h](const std::string& s) {
     const std::uint64_t n = s.size();
     h.update(&n, sizeof n).update(s);
   };
-  field("fp8c-cubin-key-2");  // 2: resources read from the cubin
+  field("fp8c-cubin-key-3");  // 3: the compiler's identity names its kind
   field(arch_);
-  field("nvrtc " + std::to_string(api.major) + "." + std::to_string(api.minor));
+  field(compiler_of(kernel));
   field(kernel.entry);
+  if (lowers_through_llvm(kernel)) {
+    // The IR is what LLVM compiles; its CUDA print is not.
+    field(ir::print(*kernel.ir));
+    return h.finish();
+  }
+  field(kernel.language == SourceLanguage::ptx ? "ptx" : "cuda");
   field(kernel.source);
   for (const auto& o : kernel.options) field(o);
   return h.finish();
@@ -43,6 +63,10 @@ CompiledKernel hit(const KernelSource& kernel, CacheEntry& entry) {
   out.spill_loads = entry.spill_loads;
   out.cache = CacheOutcome::hit;
   return out;
+}
+
+bool through_nvrtc(const Jit& jit, const KernelSource& kernel) {
+  return kernel.language == SourceLanguage::cuda && !jit.lowers_through_llvm(kernel);
 }
 
 double since(std::chrono::steady_clock::time_point t0) {
@@ -77,7 +101,18 @@ CompiledKernel Jit::store(const KernelSource& kernel, const Digest& key, CacheLo
   else if (auto warning = cache_.store(key, entry))
     out.cache_warning = *warning;
   out.cubin = cubin;
+  out.compiler = compiler_of(kernel);
   return out;
+}
+
+CompiledKernel Jit::compile_ptx_kernel(const KernelSource& kernel, const Digest& key,
+                                       CacheLookup lookup) const {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string ptx =
+      lowers_through_llvm(kernel) ? llvm_backend::ptx(*kernel.ir, arch_) : kernel.source;
+  const NvrtcOutput c = compile_ptx_to_cubin(ptx, kernel.name + ".ptx", kernel.entry, arch_);
+  // The time is the whole way from IR (or PTX) to CUBIN.
+  return store(kernel, key, lookup, c.cubin, c, since(t0));
 }
 
 CompiledKernel Jit::compile(const KernelSource& kernel) const {
@@ -87,6 +122,7 @@ CompiledKernel Jit::compile(const KernelSource& kernel) const {
   const CacheLookup lookup = cache_.load(k, entry);
   if (lookup == CacheLookup::hit) {
     CompiledKernel out = hit(kernel, entry);
+    out.compiler = compiler_of(kernel);
     out.milliseconds = since(t0);
     return out;
   }
@@ -96,6 +132,8 @@ CompiledKernel Jit::compile(const KernelSource& kernel) const {
 std::vector<CompiledKernel> Jit::compile_batch(const std::vector<const KernelSource*>& kernels,
                                                const std::vector<Digest>& keys,
                                                const std::vector<CacheLookup>& lookups) const {
+  if (kernels.size() == 1 && !through_nvrtc(*this, *kernels[0]))
+    return {compile_ptx_kernel(*kernels[0], keys[0], lookups[0])};
   if (kernels.size() == 1) {
     const NvrtcOutput c = compile_to_cubin(kernels[0]->source, kernels[0]->name + ".cu",
                                            kernels[0]->entry, arch_, kernels[0]->options);
@@ -135,6 +173,7 @@ std::vector<CompiledKernel> Jit::compile_all(const std::vector<KernelSource>& ke
   std::vector<Digest> keys(kernels.size());
   std::vector<CacheLookup> lookups(kernels.size());
   std::map<std::vector<std::string>, std::vector<std::size_t>> misses;  // by NVRTC options
+  std::vector<std::size_t> llvm_or_ptx;
   std::size_t missing = 0;
   for (std::size_t i = 0; i < kernels.size(); ++i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -143,7 +182,10 @@ std::vector<CompiledKernel> Jit::compile_all(const std::vector<KernelSource>& ke
     lookups[i] = cache_.load(keys[i], entry);
     if (lookups[i] == CacheLookup::hit) {
       results[i] = hit(kernels[i], entry);
+      results[i].compiler = compiler_of(kernels[i]);
       results[i].milliseconds = since(t0);
+    } else if (!through_nvrtc(*this, kernels[i])) {
+      llvm_or_ptx.push_back(i);  // one at a time: a PTX module is one kernel
     } else {
       misses[kernels[i].options].push_back(i);
       ++missing;
@@ -165,6 +207,7 @@ std::vector<CompiledKernel> Jit::compile_all(const std::vector<KernelSource>& ke
       for (std::size_t g : group) batches.back().push_back(indices[g]);
     }
   }
+  for (std::size_t i : llvm_or_ptx) batches.push_back({i});
   std::atomic<std::size_t> next{0};
   std::exception_ptr failure;
   std::mutex failure_mutex;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "codegen/kernels/kernel_source.hpp"
+#include "fp8c/spec.hpp"
 #include "runtime/cubin_cache.hpp"
 #include "runtime/nvrtc.hpp"
 
@@ -28,16 +29,30 @@ struct CompiledKernel {
   double milliseconds = 0;
   CacheOutcome cache = CacheOutcome::compiled;
   std::string cache_warning;  // set when the cache could not be written
+  // What built it, e.g. "nvrtc 13.0" or "llvm 19.1.7 + nvJitLink 13.0".
+  std::string compiler;
 };
 
+// `backend`: the compiler of the kernels built as IR (KernelSource::ir);
+// the kinds still written as CUDA text go through NVRTC under either, and
+// PTX sources (SourceLanguage::ptx) straight to the PTX assembler. With
+// KernelBackend::llvm, compiling an IR kernel throws
+// llvm_backend::LlvmUnavailable in a build or install without the LLVM
+// module, and Unavailable without nvJitLink.
 class Jit {
  public:
-  Jit(std::string arch, CubinCache cache);
+  Jit(std::string arch, CubinCache cache, KernelBackend backend = KernelBackend::nvrtc);
 
   const std::string& arch() const { return arch_; }
   const CubinCache& cache() const { return cache_; }
+  KernelBackend backend() const { return backend_; }
 
-  // The cache key: source, options, architecture and NVRTC's version.
+  // Whether `kernel` is built by the LLVM backend under this Jit.
+  bool lowers_through_llvm(const KernelSource& kernel) const;
+
+  // The cache key: what is compiled (the CUDA source and its options, the
+  // PTX, or for the LLVM backend the printed IR), the architecture, and
+  // the identity and version of each compiler it goes through.
   Digest key(const KernelSource& kernel) const;
 
   CompiledKernel compile(const KernelSource& kernel) const;
@@ -57,12 +72,17 @@ class Jit {
   std::vector<CompiledKernel> compile_batch(const std::vector<const KernelSource*>& kernels,
                                             const std::vector<Digest>& keys,
                                             const std::vector<CacheLookup>& lookups) const;
+  // Builds one kernel that does not go through NVRTC (LLVM-built or PTX).
+  CompiledKernel compile_ptx_kernel(const KernelSource& kernel, const Digest& key,
+                                    CacheLookup lookup) const;
   CompiledKernel store(const KernelSource& kernel, const Digest& key, CacheLookup lookup,
                        const std::vector<char>& cubin, const NvrtcOutput& resources,
                        double milliseconds) const;
+  std::string compiler_of(const KernelSource& kernel) const;
 
   std::string arch_;
   CubinCache cache_;
+  KernelBackend backend_;
 };
 
 }  // namespace fp8c::runtime

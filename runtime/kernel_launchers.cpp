@@ -40,6 +40,15 @@ void TransposeLauncher::launch(CUdeviceptr in, CUdeviceptr out, int rows, int co
   if (batch > 65535) throw std::invalid_argument(kernel_.name() + ": a batch of more than 65535");
   if (rows == 0 || cols == 0 || batch == 0) return;
   if (in == 0 || out == 0) throw std::invalid_argument("transpose: null buffer");
+  // Words are read and written as words; whole byte tiles (rows and cols
+  // multiples of 16) as 16-byte vectors. Other byte shapes take the edge
+  // path, which reads and writes single bytes at any address.
+  const bool vectors = kernel_.element_bytes == 1 && rows % 16 == 0 && cols % 16 == 0;
+  const std::uint64_t align = vectors ? 16 : static_cast<std::uint64_t>(kernel_.element_bytes);
+  if ((in | out) % align != 0)
+    throw std::invalid_argument(kernel_.name() + ": in and out must be " + std::to_string(align) +
+                                "-byte aligned" +
+                                (vectors ? " for a shape of multiples of 16" : ""));
   const int tile = transpose_tile(kernel_.element_bytes);
   // The grid's y extent is at most 65535 tiles.
   if ((rows + tile - 1) / tile > 65535)
@@ -61,9 +70,11 @@ void PermuteLauncher::launch(CUdeviceptr in, CUdeviceptr out, int ranks, int out
                              std::int64_t inner_local, CUstream stream) const {
   if (ranks < 1 || outer < 0 || inner_local < 0) throw std::invalid_argument("permute: bad shape");
   if (outer == 0 || inner_local == 0) return;
-  // The kernel counts a row's units in 32 bits.
-  if (static_cast<std::int64_t>(ranks) * inner_local * kernel_.element_bytes > 0xFFFFFFFFll)
-    throw std::invalid_argument("permute: an output row of 4 GiB or more");
+  // The kernel counts a row's units (bytes at worst) in a 32-bit signed
+  // loop counter that steps 4 units per thread past them.
+  if (static_cast<std::int64_t>(ranks) * inner_local * kernel_.element_bytes >
+      0x7FFFFFFFll - 4 * kPermuteThreads)
+    throw std::invalid_argument("permute: an output row of 2 GiB or more");
   if (in == 0 || out == 0) throw std::invalid_argument("permute: null buffer");
   long long inner = inner_local;
   void* args[] = {&in, &out, &ranks, &outer, &inner};

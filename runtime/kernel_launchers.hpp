@@ -49,7 +49,9 @@ class TransposeLauncher {
   const CompiledKernel& compiled() const { return loaded_.compiled(); }
   // out ([cols, rows] elements) = transpose of in ([rows, cols] elements);
   // with batch > 1 (the word kernel only), each of `batch` such matrices
-  // stored back to back.
+  // stored back to back. Throws std::invalid_argument for pointers the
+  // kernel cannot access: words need 4-byte alignment, bytes of a shape in
+  // multiples of 16 need 16 (others: any).
   void launch(CUdeviceptr in, CUdeviceptr out, int rows, int cols, CUstream stream,
               int batch = 1) const;
 

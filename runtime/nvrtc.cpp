@@ -126,18 +126,19 @@ Compiled compile_once(const std::string& source, const std::string& name, const 
   return out;
 }
 
-// One entry's resources in a compiled program.
-NvrtcOutput resources_of(const Compiled& c, const std::string& entry,
-                         const std::vector<std::string>& entries) {
+}  // namespace
+
+NvrtcOutput entry_resources(const std::vector<char>& cubin, const std::string& log,
+                            const std::string& entry, const std::vector<std::string>& entries) {
   NvrtcOutput out;
-  parse_resource_usage(c.log, entry, entries, out);
+  parse_resource_usage(log, entry, entries, out);
   // The log has ptxas's resource lines only when ptxas ran: from CUDA 12.9
   // NVRTC serves a repeated compile from the driver's compute cache where a
   // driver is installed, and then the log is silent. The cubin is not.
   // A cubin this reader cannot follow (a future layout) leaves the
   // resources unknown; the kernel itself is fine to load.
   try {
-    const CubinResources resources = read_cubin_resources(c.cubin, entry);
+    const CubinResources resources = read_cubin_resources(cubin, entry);
     out.registers = resources.registers;
     out.stack_frame = resources.stack_frame;
     if (!out.resources_in_log && resources.largest_frame == 0) {
@@ -151,13 +152,11 @@ NvrtcOutput resources_of(const Compiled& c, const std::string& entry,
   return out;
 }
 
-}  // namespace
-
 NvrtcOutput compile_to_cubin(const std::string& source, const std::string& name,
                              const std::string& entry, const std::string& arch,
                              const std::vector<std::string>& options) {
   Compiled c = compile_once(source, name, arch, options);
-  NvrtcOutput out = resources_of(c, entry, {entry});
+  NvrtcOutput out = entry_resources(c.cubin, c.log, entry, {entry});
   out.log = c.log + (c.log.empty() || out.log.empty() ? "" : "\n") + out.log;
   out.milliseconds = c.milliseconds;
   out.cubin = std::move(c.cubin);
@@ -170,7 +169,7 @@ NvrtcBatchOutput compile_batch_to_cubin(const std::string& source, const std::st
                                         const std::vector<std::string>& options) {
   Compiled c = compile_once(source, name, arch, options);
   NvrtcBatchOutput out;
-  for (const auto& e : entries) out.entries.push_back(resources_of(c, e, entries));
+  for (const auto& e : entries) out.entries.push_back(entry_resources(c.cubin, c.log, e, entries));
   out.log = std::move(c.log);
   out.milliseconds = c.milliseconds;
   out.cubin = std::move(c.cubin);

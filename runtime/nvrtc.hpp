@@ -48,6 +48,14 @@ struct NvrtcOutput {
   bool resources_in_log = false;
 };
 
+// Entry `entry`'s resources in a compiled program: registers and stack
+// frame from the cubin, spills from ptxas's -v report in `log` (a program
+// of several `entries` charges each for the functions that are none of
+// them). The log's text is not copied; `log` in the result holds only a
+// note when the cubin could not be read. Used by every PTX assembler.
+NvrtcOutput entry_resources(const std::vector<char>& cubin, const std::string& log,
+                            const std::string& entry, const std::vector<std::string>& entries);
+
 // Compiles one CUDA C++ source to a CUBIN for `arch` (e.g. "sm_90a"), never
 // to PTX only: embedded PTX would be JIT-compiled by the driver at load
 // time, hiding both the cost and any ptxas error until then.

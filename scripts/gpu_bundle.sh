@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The binaries the GPU machine runs, stripped, in the layout bench/gpu.sh
-# and scripts/multi_gpu.sh expect (about 14 MB; the device tool carries at
-# most 64 MiB):
+# and scripts/multi_gpu.sh expect (about 50 MB with the LLVM module; the
+# device tool carries at most 64 MiB):
 #   scripts/gpu_bundle.sh [BUILD_DIR] [OUT_DIR]    (default: build build-gpu)
 # then carry OUT_DIR and run `bench/gpu.sh OUT_DIR <commit>` there.
 set -euo pipefail
@@ -15,6 +15,13 @@ for f in tests/runtime/runtime_tests tests/gpu/gpu_executor_tests tests/multigpu
   cp "$build/$f" "$out/$f"
   strip "$out/$f"
 done
+# The LLVM backend's module (LLVM linked in statically: about 27 MB
+# stripped), where this build has one; the binaries find it in ../lib.
+if [ -f "$build/lib/libfp8c_llvm.so" ]; then
+  mkdir -p "$out/lib"
+  cp "$build/lib/libfp8c_llvm.so" "$out/lib/"
+  strip "$out/lib/libfp8c_llvm.so"
+fi
 # The peers' cuBLASLt programs (best of the heuristic's top candidates), for
 # bench/gpu.sh's GEMM benchmark, built here with nvcc when the peers' scripts
 # are at hand (PEERS_DIR, default ../shared/peers).

@@ -11,6 +11,7 @@ packages=(
   libgloo-dev                  # gloo, the CPU collectives
   libdlpack-dev                # DLPack, tensors handed over from PyTorch/CuPy/JAX
   clang-14 libclang-rt-14-dev  # libFuzzer + ASan/UBSan, the parser fuzz test
+  llvm-19-dev                  # the LLVM NVPTX kernel backend (optional: built where found)
 )
 
 missing=()

@@ -13,6 +13,7 @@
 
 #include <string>
 
+#include "codegen/ir/ir.hpp"
 #include "codegen/kernels/kernel_source.hpp"
 
 namespace fp8c {
@@ -28,7 +29,10 @@ inline constexpr int kPermuteThreads = 256;
 
 // Kernel arguments, in order: const u8* in, u8* out, int ranks, int outer,
 // long long inner_local (elements). Grid: one block per output row (outer),
-// block kPermuteThreads.
+// block kPermuteThreads. build_ir (permute_ir.cpp) throws
+// std::invalid_argument for an element size other than 1, 2 or 4;
+// emit_cuda is its CUDA print.
+ir::Kernel build_ir(const PermuteKernel& kernel);
 KernelSource emit_cuda(const PermuteKernel& kernel);
 
 }  // namespace fp8c

@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "codegen/ir/ir.hpp"
 #include "codegen/kernels/kernel_source.hpp"
 
 namespace fp8c {
@@ -30,8 +31,10 @@ inline constexpr int kTransposeThreads = 256;
 
 // Kernel arguments, in order: const void* in ([rows, cols]), void* out
 // ([cols, rows]), int rows, int cols. The word kernel also transposes a batch
-// of such matrices stored back to back, one per grid z index. emit_cuda
-// throws std::invalid_argument for an element size other than 1 or 4.
+// of such matrices stored back to back, one per grid z index. build_ir
+// (transpose_ir.cpp) throws std::invalid_argument for an element size other
+// than 1 or 4; emit_cuda is its CUDA print.
+ir::Kernel build_ir(const TransposeKernel& kernel);
 KernelSource emit_cuda(const TransposeKernel& kernel);
 
 }  // namespace fp8c

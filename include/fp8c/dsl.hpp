@@ -12,7 +12,9 @@ namespace fp8c {
 
 struct CheckOptions {
   // Overrides the file's `target =` (the command line's --arch).
-  std::optional<Target> target;
+  std::optional<Target> target{};
+  // Overrides the file's `backend =` (the command line's --backend).
+  std::optional<KernelBackend> backend{};
 };
 
 struct CheckResult {

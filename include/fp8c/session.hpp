@@ -129,6 +129,7 @@ struct KernelReport {
   double compile_ms = 0;
   bool cache_hit = false;
   int registers = 0;
+  std::string compiler;  // e.g. "nvrtc 13.0", "llvm 19.1.7 + nvJitLink 13.0"
 };
 
 class Session {

@@ -93,6 +93,11 @@ enum class SaveInput { fp8, original };
 // FP8, the generated GEMM where cuBLASLt would dequantize or cannot run it
 // (codegen/lower/lowered.hpp says which and why).
 enum class GemmBackend { automatic, cublaslt, generated };
+// Who turns the generated kernels into machine code (`backend =`, a
+// top-level setting): NVRTC from their CUDA C++, or fp8c's LLVM backend
+// from their kernel IR (codegen/ir) through LLVM's NVPTX target. Kinds
+// that are not built as IR yet are compiled by NVRTC under either.
+enum class KernelBackend { nvrtc, llvm };
 
 // The three GEMMs of a linear layer, for per-GEMM high-precision fallback.
 enum class GemmKind { fprop, dgrad, wgrad };
@@ -151,6 +156,7 @@ struct Target {
 
 struct Spec {
   Target target;
+  KernelBackend backend = KernelBackend::nvrtc;
   std::vector<Recipe> recipes;  // named recipes, in file order
   std::vector<Layout> layouts;  // named layouts, in file order
   std::vector<Debug> debugs;    // named debug blocks, in file order
@@ -191,6 +197,7 @@ std::string_view to_string(ParallelMode);
 std::string_view to_string(Activation);
 std::string_view to_string(SaveInput);
 std::string_view to_string(GemmBackend);
+std::string_view to_string(KernelBackend);
 std::string_view to_string(GemmKind);
 
 // Parses "sm_90a", "sm_89", ...; nullopt when it is not a known target.

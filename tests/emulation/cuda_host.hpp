@@ -297,12 +297,13 @@ inline void run_grid(Dim3 grid, int threads, Order order, std::uint32_t seed,
   std::mt19937 rng(seed);
   gridDim = grid;
   blockDim = {static_cast<unsigned>(threads), 1, 1};
-  for (unsigned y = 0; y < grid.y; ++y)
-    for (unsigned x = 0; x < grid.x; ++x) {
-      blockIdx = {x, y, 0};
-      if (poison_shared) poison_shared();
-      Block::current().run(threads, order, rng, kernel);
-    }
+  for (unsigned z = 0; z < std::max(grid.z, 1u); ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        blockIdx = {x, y, z};
+        if (poison_shared) poison_shared();
+        Block::current().run(threads, order, rng, kernel);
+      }
 }
 
 }  // namespace fp8c::emulation

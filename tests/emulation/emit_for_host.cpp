@@ -1,11 +1,13 @@
 // Writes the generated CUDA source of every emulated block and per-tensor
-// quantize variant as C++ for the host (cuda_host.hpp): each kernel in a
+// quantize variant, and the kernel IR's host print (codegen/backends/cuda,
+// for_host) of every kind built as IR, as C++ for the host (cuda_host.hpp):
+// each kernel in a
 // namespace of its own, its few PTX functions replaced by host twins, its
 // shared arrays hoisted (see hoist_shared), its macros undefined after it,
 // and a table of entry points per kind. Fails if a PTX function it does not
 // know of appears, so a kernel change cannot silently escape the emulation.
 //
-//   emit_for_host BLOCK_QUANTIZE.inc QUANTIZE.inc
+//   emit_for_host BLOCK_QUANTIZE.inc QUANTIZE.inc IR_KERNELS.inc
 
 #include <fstream>
 #include <iostream>
@@ -16,6 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "codegen/backends/cuda/cuda_printer.hpp"
+#include "codegen/kernels/permute.hpp"
+#include "codegen/kernels/transpose.hpp"
 #include "emulation_variants.hpp"
 
 namespace {
@@ -162,16 +167,56 @@ std::string quantize_kernels() {
   return out.str();
 }
 
+// The transposes and permutes, printed for the host from their IR (the printer's host
+// twins need no replacing; the shared arrays are hoisted as above).
+std::string ir_kernels() {
+  std::ostringstream out, table;
+  for (int bytes : {1, 4}) {
+    const fp8c::TransposeKernel k{bytes};
+    const std::string ns = "t" + std::to_string(bytes);
+    fp8c::KernelSource source = fp8c::emit_cuda(k);
+    source.source = fp8c::cuda::print(*source.ir, true);
+    emit(out, source, ns);
+    table << "    {" << bytes << ", [](const void* in, void* out, int rows, int cols) { " << ns
+          << "::" << source.entry << "(static_cast<const " << ns
+          << "::" << (bytes == 1 ? "u8" : "u32") << "*>(in), static_cast<" << ns
+          << "::" << (bytes == 1 ? "u8" : "u32") << "*>(out), rows, cols); }, " << ns
+          << "::poison_shared},\n";
+  }
+  out << "struct EmulatedTranspose {\n  int element_bytes;\n"
+      << "  void (*run)(const void*, void*, int, int);\n  void (*poison_shared)();\n};\n"
+      << "inline const EmulatedTranspose kEmulatedTransposes[] = {\n"
+      << table.str() << "};\n";
+  std::ostringstream permutes;
+  for (int bytes : {1, 2, 4}) {
+    const fp8c::PermuteKernel k{bytes};
+    const std::string ns = "p" + std::to_string(bytes);
+    fp8c::KernelSource source = fp8c::emit_cuda(k);
+    source.source = fp8c::cuda::print(*source.ir, true);
+    emit(out, source, ns);
+    permutes << "    {" << bytes
+             << ", [](const void* in, void* out, int ranks, int outer, long long inner) { " << ns
+             << "::" << source.entry << "(static_cast<const " << ns << "::u8*>(in), static_cast<"
+             << ns << "::u8*>(out), ranks, outer, inner); }},\n";
+  }
+  out << "struct EmulatedPermute {\n  int element_bytes;\n"
+      << "  void (*run)(const void*, void*, int, int, long long);\n};\n"
+      << "inline const EmulatedPermute kEmulatedPermutes[] = {\n"
+      << permutes.str() << "};\n";
+  return out.str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::cerr << "usage: emit_for_host BLOCK_QUANTIZE.inc QUANTIZE.inc\n";
+  if (argc != 4) {
+    std::cerr << "usage: emit_for_host BLOCK_QUANTIZE.inc QUANTIZE.inc IR_KERNELS.inc\n";
     return 2;
   }
   try {
     write_file(argv[1], block_quantize_kernels());
     write_file(argv[2], quantize_kernels());
+    write_file(argv[3], ir_kernels());
   } catch (const std::exception& e) {
     std::cerr << "emit_for_host: " << e.what() << "\n";
     return 1;

@@ -89,4 +89,21 @@ TEST(Linkage, GlooModuleNeedsGlooAndNoCudaLibrary) {
   expect_none_of(::fp8c::testing::built_path(FP8C_GLOO_MODULE_PATH), kCuda);
 }
 
+// LLVM is optional and the GPU machine has none: only the LLVM module holds
+// it, linked in statically, so the module loads where no LLVM is installed.
+TEST(Linkage, NothingButTheLlvmModuleHoldsLlvm) {
+  for (const char* binary : {FP8C_TOOL_PATH, FP8C_LIBRARY_PATH, FP8C_SELF_PATH}) {
+    REQUIRE_BUILT(::fp8c::testing::built_path(binary));
+    expect_none_of(::fp8c::testing::built_path(binary), {"libLLVM", "libfp8c_llvm"});
+  }
+#ifdef FP8C_LLVM_MODULE_PATH
+  const std::string module = ::fp8c::testing::built_path(FP8C_LLVM_MODULE_PATH);
+  REQUIRE_BUILT(module);
+  expect_none_of(module, {"libLLVM"});
+  expect_none_of(module, kCuda);
+#else
+  GTEST_SKIP() << "this build has no LLVM module (LLVM 19 was not found)";
+#endif
+}
+
 }  // namespace

@@ -76,36 +76,83 @@ struct Shape {
   int rows, cols;
 };
 
-class TransposeGpu : public ::testing::TestWithParam<Shape> {};
+// Both backends build the transposes (kernel IR): each case runs on each,
+// against the same reference on the same inputs.
+const auto kBackends = ::testing::Values(KernelBackend::nvrtc, KernelBackend::llvm);
+
+std::string backend_name(KernelBackend b) {
+  return b == KernelBackend::llvm ? "llvm" : "nvrtc";
+}
+
+// `in` and `out` `offset` bytes into their buffers (a misaligned view when
+// offset is not a multiple of 16).
+std::vector<std::uint8_t> run_byte_transpose(const TransposeLauncher& launcher,
+                                             const std::vector<std::uint8_t>& in, int rows,
+                                             int cols, std::size_t offset) {
+  const std::size_t n = in.size();
+  std::vector<std::uint8_t> staged(offset, kPoison);
+  staged.insert(staged.end(), in.begin(), in.end());
+  DeviceBuffer din = upload(staged), dout(n + offset);
+  dout.fill(kPoison);
+  Stream stream;
+  launcher.launch(din.get() + offset, dout.get() + offset, rows, cols, stream.get());
+  stream.synchronize();
+  auto all = download(dout, n + offset);
+  for (std::size_t i = 0; i < offset; ++i)
+    EXPECT_EQ(all[i], kPoison) << "byte " << i << " before the output was written";
+  return {all.begin() + static_cast<std::ptrdiff_t>(offset), all.end()};
+}
+
+class TransposeGpu : public ::testing::TestWithParam<std::tuple<Shape, KernelBackend>> {};
 
 TEST_P(TransposeGpu, MatchesReferenceBitForBit) {
-  REQUIRE_GPU();
-  const Shape s = GetParam();
-  testing::Gpu& g = gpu();
-  const TransposeLauncher launcher(*g.jit);
+  const auto [s, backend] = GetParam();
+  REQUIRE_GPU_AND_BACKEND(backend);
+  const TransposeLauncher launcher(gpu().jit_for(backend));
   std::mt19937 rng(static_cast<unsigned>(s.rows * 131 + s.cols));
   const std::size_t n = static_cast<std::size_t>(s.rows) * s.cols;
   const auto in = random_bytes(n, rng);
-  DeviceBuffer din = upload(in), dout(n);
-  dout.fill(kPoison);
-  Stream stream;
-  launcher.launch(din.get(), dout.get(), s.rows, s.cols, stream.get());
-  stream.synchronize();
   const auto want = reference_transpose(in.data(), s.rows, s.cols);
-  const auto got = download(dout, n);
-  const std::int64_t at = first_difference(got, want);
-  EXPECT_EQ(at, -1) << s.rows << "x" << s.cols << ": first difference at output byte " << at
-                    << " (column " << at / s.rows << ", row " << at % s.rows << ")";
+  // Shapes the vector path cannot take run from misaligned addresses too.
+  const bool vectors = s.rows % 16 == 0 && s.cols % 16 == 0;
+  for (std::size_t offset : {std::size_t{0}, vectors ? std::size_t{0} : std::size_t{3}}) {
+    const auto got = run_byte_transpose(launcher, in, s.rows, s.cols, offset);
+    const std::int64_t at = first_difference(got, want);
+    EXPECT_EQ(at, -1) << s.rows << "x" << s.cols << " at offset " << offset
+                      << ": first difference at output byte " << at << " (column " << at / s.rows
+                      << ", row " << at % s.rows << ")";
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, TransposeGpu,
-                         ::testing::Values(Shape{1, 1}, Shape{17, 33}, Shape{128, 256},
-                                           Shape{4095, 8191}, Shape{4096, 8192}, Shape{144, 272},
-                                           Shape{1, 4096}, Shape{4096, 1}, Shape{256, 16}),
-                         [](const auto& info) {
-                           return std::to_string(info.param.rows) + "x" +
-                                  std::to_string(info.param.cols);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, TransposeGpu,
+    ::testing::Combine(::testing::Values(Shape{1, 1}, Shape{17, 33}, Shape{128, 256},
+                                         Shape{4095, 8191}, Shape{4096, 8192}, Shape{144, 272},
+                                         Shape{1, 4096}, Shape{4096, 1}, Shape{256, 16}),
+                       kBackends),
+    [](const auto& info) {
+      const Shape s = std::get<0>(info.param);
+      return std::to_string(s.rows) + "x" + std::to_string(s.cols) + "_" +
+             backend_name(std::get<1>(info.param));
+    });
+
+// The LLVM and NVRTC builds of each transpose agree with each other, byte
+// for byte, on the same input (not only each with the reference).
+TEST(TransposeGpu, LlvmBuildEqualsNvrtcBuild) {
+  REQUIRE_GPU_AND_BACKEND(KernelBackend::llvm);
+  const TransposeLauncher nvrtc(gpu().jit_for(KernelBackend::nvrtc));
+  const TransposeLauncher llvm(gpu().jit_for(KernelBackend::llvm));
+  EXPECT_EQ(llvm.compiled().compiler.rfind("llvm ", 0), 0u) << llvm.compiled().compiler;
+  EXPECT_EQ(nvrtc.compiled().compiler.rfind("nvrtc ", 0), 0u) << nvrtc.compiled().compiler;
+  std::mt19937 rng(7);
+  for (const Shape s : {Shape{1000, 3000}, Shape{2048, 4096}}) {
+    const auto in = random_bytes(static_cast<std::size_t>(s.rows) * s.cols, rng);
+    EXPECT_EQ(first_difference(run_byte_transpose(llvm, in, s.rows, s.cols, 0),
+                               run_byte_transpose(nvrtc, in, s.rows, s.cols, 0)),
+              -1)
+        << s.rows << "x" << s.cols;
+  }
+}
 
 // The word transpose that lays 1x128 block scales out K-block-major: fp32
 // [rows][K / 128] -> [K / 128][rows], one matrix or a batch of rank segments.
@@ -113,13 +160,12 @@ struct WordCase {
   int rows, cols, batch;
 };
 
-class TransposeWordsGpu : public ::testing::TestWithParam<WordCase> {};
+class TransposeWordsGpu : public ::testing::TestWithParam<std::tuple<WordCase, KernelBackend>> {};
 
 TEST_P(TransposeWordsGpu, MatchesReferenceBitForBit) {
-  REQUIRE_GPU();
-  const WordCase c = GetParam();
-  testing::Gpu& g = gpu();
-  const TransposeLauncher launcher(*g.jit, TransposeKernel{4});
+  const auto [c, backend] = GetParam();
+  REQUIRE_GPU_AND_BACKEND(backend);
+  const TransposeLauncher launcher(gpu().jit_for(backend), TransposeKernel{4});
   std::mt19937 rng(static_cast<unsigned>(c.rows * 131 + c.cols * 7 + c.batch));
   const std::size_t one = static_cast<std::size_t>(c.rows) * c.cols * 4;
   const std::size_t n = one * static_cast<std::size_t>(c.batch);
@@ -138,26 +184,32 @@ TEST_P(TransposeWordsGpu, MatchesReferenceBitForBit) {
   EXPECT_EQ(at, -1) << "first difference at output byte " << at;
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, TransposeWordsGpu,
-                         ::testing::Values(WordCase{1, 1, 1}, WordCase{33, 31, 1},
-                                           WordCase{8192, 32, 1}, WordCase{4096, 7, 1},
-                                           WordCase{1024, 8, 4}, WordCase{100, 3, 3},
-                                           WordCase{3584, 28, 2}),
-                         [](const auto& info) {
-                           return std::to_string(info.param.rows) + "x" +
-                                  std::to_string(info.param.cols) + "_b" +
-                                  std::to_string(info.param.batch);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, TransposeWordsGpu,
+    ::testing::Combine(::testing::Values(WordCase{1, 1, 1}, WordCase{33, 31, 1},
+                                         WordCase{8192, 32, 1}, WordCase{4096, 7, 1},
+                                         WordCase{1024, 8, 4}, WordCase{100, 3, 3},
+                                         WordCase{3584, 28, 2}),
+                       kBackends),
+    [](const auto& info) {
+      const WordCase c = std::get<0>(info.param);
+      return std::to_string(c.rows) + "x" + std::to_string(c.cols) + "_b" +
+             std::to_string(c.batch) + "_" + backend_name(std::get<1>(info.param));
+    });
 
-// Launch-time refusals: a batch of bytes, a negative extent.
+// Launch-time refusals: a batch of bytes, a negative extent, pointers the
+// kernel's accesses cannot take.
 TEST(TransposeWordsGpu, RefusesWhatTheKernelsDoNotDo) {
   REQUIRE_GPU();
   testing::Gpu& g = gpu();
   const TransposeLauncher bytes(*g.jit);
-  DeviceBuffer buffer(64);
+  DeviceBuffer buffer(64 * 64 + 16);
   EXPECT_THROW(bytes.launch(buffer.get(), buffer.get(), 2, 2, nullptr, 2), std::invalid_argument);
+  EXPECT_THROW(bytes.launch(buffer.get() + 1, buffer.get(), 16, 32, nullptr),
+               std::invalid_argument);
   const TransposeLauncher words(*g.jit, TransposeKernel{4});
   EXPECT_THROW(words.launch(buffer.get(), buffer.get(), -1, 2, nullptr), std::invalid_argument);
+  EXPECT_THROW(words.launch(buffer.get(), buffer.get() + 2, 4, 4, nullptr), std::invalid_argument);
 }
 
 struct PermuteCase {
@@ -165,13 +217,12 @@ struct PermuteCase {
   std::int64_t inner_local;
 };
 
-class PermuteGpu : public ::testing::TestWithParam<PermuteCase> {};
+class PermuteGpu : public ::testing::TestWithParam<std::tuple<PermuteCase, KernelBackend>> {};
 
 TEST_P(PermuteGpu, MatchesReferenceBitForBit) {
-  REQUIRE_GPU();
-  const PermuteCase c = GetParam();
-  testing::Gpu& g = gpu();
-  const PermuteLauncher launcher(*g.jit, PermuteKernel{c.element_bytes});
+  const auto [c, backend] = GetParam();
+  REQUIRE_GPU_AND_BACKEND(backend);
+  const PermuteLauncher launcher(gpu().jit_for(backend), PermuteKernel{c.element_bytes});
   std::mt19937 rng(static_cast<unsigned>(c.ranks * 1000003 + c.outer * 31 + c.inner_local));
   const std::size_t bytes =
       static_cast<std::size_t>(c.ranks) * c.outer * c.inner_local * c.element_bytes;
@@ -205,12 +256,14 @@ std::vector<PermuteCase> permute_cases() {
   return all;
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, PermuteGpu, ::testing::ValuesIn(permute_cases()),
+INSTANTIATE_TEST_SUITE_P(Shapes, PermuteGpu,
+                         ::testing::Combine(::testing::ValuesIn(permute_cases()), kBackends),
                          [](const auto& info) {
-                           const PermuteCase& c = info.param;
+                           const PermuteCase& c = std::get<0>(info.param);
                            return std::to_string(c.element_bytes) + "B_r" +
                                   std::to_string(c.ranks) + "_" + std::to_string(c.outer) + "x" +
-                                  std::to_string(c.inner_local);
+                                  std::to_string(c.inner_local) + "_" +
+                                  backend_name(std::get<1>(info.param));
                          });
 
 // Amaxes that exercise every guard: NaN (two payloads), +-Inf, +-0, negative,

@@ -81,7 +81,8 @@ int run_bench(const Args& args) {
   }
   try {
     runtime::Device gpu(static_cast<int>(device));
-    runtime::Jit jit(gpu.arch(), runtime::CubinCache(runtime::CubinCache::default_directory()));
+    runtime::Jit jit(gpu.arch(), runtime::CubinCache(runtime::CubinCache::default_directory()),
+                     spec->backend);
     const auto results = runtime::bench_layers(*spec, gpu, jit, options);
     std::cout << gpu.name() << "\n" << runtime::format_bench(results, true);
     return 0;

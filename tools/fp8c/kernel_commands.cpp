@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "codegen/backends/llvm/llvm_backend.hpp"
 #include "codegen/lower/lowered.hpp"
 #include "codegen/plan/planner.hpp"
 #include "fp8c/dsl.hpp"
@@ -22,6 +23,8 @@ struct KernelOptions {
   std::string cache_dir;
   PlanOptions plan;
   unsigned threads = 0;
+  std::optional<KernelBackend> backend;  // --backend; else the spec's `backend =`
+  bool ir = false;                       // emit --ir
 };
 
 // Parses the options both commands share; returns a usage message or "".
@@ -48,7 +51,13 @@ std::string parse(const Args& args, KernelOptions& o, bool compile) {
       const std::string* v = value();
       if (!v) return "--kernel needs a kernel name";
       o.kernel = *v;
-    } else if (compile && a == "--arch") {
+    } else if (a == "--backend") {
+      const std::string* v = value();
+      if (!v || (*v != "nvrtc" && *v != "llvm")) return "--backend needs nvrtc or llvm";
+      o.backend = *v == "llvm" ? KernelBackend::llvm : KernelBackend::nvrtc;
+    } else if (!compile && a == "--ir") {
+      o.ir = true;
+    } else if (a == "--arch") {
       const std::string* v = value();
       if (!v || !parse_target(*v)) return "--arch needs an architecture such as sm_90a";
       o.arch = *v;
@@ -77,11 +86,13 @@ std::string parse(const Args& args, KernelOptions& o, bool compile) {
 }
 
 // The spec's lowering (its kernels: exactly what a Session compiles), or
-// nullopt after printing why there is none.
-std::optional<LoweredPlan> lowered_kernels(const KernelOptions& o, const char* command) {
+// nullopt after printing why there is none. Sets o.backend from the spec
+// where the command line left it.
+std::optional<LoweredPlan> lowered_kernels(KernelOptions& o, const char* command) {
   const std::optional<Spec> loaded = load_spec_reporting(o.file);
   if (!loaded) return std::nullopt;
   Spec spec = *loaded;
+  if (!o.backend) o.backend = spec.backend;
   if (!o.layer.empty() && !spec.find_layer(o.layer)) {
     std::cerr << "fp8c " << command << ": " << o.file << " has no layer '" << o.layer << "'\n";
     return std::nullopt;
@@ -114,13 +125,27 @@ int run_emit(const Args& args) {
   if (auto error = parse(args, o, false); !error.empty()) return usage_error("emit", error);
   const auto kernels = lowered_kernels(o, "emit");
   if (!kernels) return 1;
+  const bool llvm = *o.backend == KernelBackend::llvm;
   bool found = o.kernel.empty();
   for (const auto& p : kernels->kernels) {
     if (!o.kernel.empty() && p.kernel.name() != o.kernel) continue;
     found = true;
+    const KernelSource k = emit_cuda(p.kernel);
     std::cout << "// ---- kernel " << p.kernel.name() << "\n";
     for (const auto& use : p.used_by) std::cout << "// used by " << use << "\n";
-    std::cout << emit_cuda(p.kernel).source << "\n";
+    if (!k.ir && (o.ir || llvm))
+      std::cout << "// not built as kernel IR yet: CUDA C++ for NVRTC under either backend\n";
+    try {
+      if (o.ir && k.ir)
+        std::cout << ir::print(*k.ir) << "\n";
+      else if (llvm && k.ir)
+        std::cout << llvm_backend::ptx(*k.ir, o.arch) << "\n";
+      else
+        std::cout << k.source << "\n";
+    } catch (const std::exception& e) {
+      std::cerr << "fp8c emit: " << p.kernel.name() << ": " << e.what() << "\n";
+      return 1;
+    }
   }
   if (!found) {
     std::cerr << "fp8c emit: no kernel named '" << o.kernel << "'; the spec's kernels are:\n";
@@ -151,8 +176,10 @@ int run_compile(const Args& args) {
   std::vector<KernelSource> sources;
   for (const auto& p : kernels->kernels) sources.push_back(emit_cuda(p.kernel));
   const runtime::Jit jit(
-      o.arch, runtime::CubinCache(o.cache_dir.empty() ? runtime::CubinCache::default_directory()
-                                                      : o.cache_dir));
+      o.arch,
+      runtime::CubinCache(o.cache_dir.empty() ? runtime::CubinCache::default_directory()
+                                              : o.cache_dir),
+      *o.backend);
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<runtime::CompiledKernel> compiled;
   try {
@@ -163,16 +190,16 @@ int run_compile(const Args& args) {
   }
   const double wall =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("%-44s %10s %10s %6s %7s %7s\n", "kernel", "ms", "cubin B", "regs", "spills",
-              "cache");
+  std::printf("%-44s %10s %10s %6s %7s %7s  %s\n", "kernel", "ms", "cubin B", "regs", "spills",
+              "cache", "compiler");
   int spills = 0;
   int unknown = 0;
   for (const auto& c : compiled) {
     // -1: ptxas did not report spills (NVRTC's own cache) and the kernel has a stack frame.
     const bool known = c.spill_stores >= 0 && c.spill_loads >= 0;
     const std::string spilled = known ? std::to_string(c.spill_stores + c.spill_loads) : "?";
-    std::printf("%-44s %10.1f %10zu %6d %7s %7s\n", c.name.c_str(), c.milliseconds, c.cubin.size(),
-                c.registers, spilled.c_str(), outcome(c.cache));
+    std::printf("%-44s %10.1f %10zu %6d %7s %7s  %s\n", c.name.c_str(), c.milliseconds,
+                c.cubin.size(), c.registers, spilled.c_str(), outcome(c.cache), c.compiler.c_str());
     if (known) spills += c.spill_stores + c.spill_loads;
     unknown += known ? 0 : 1;
     if (!c.cache_warning.empty()) std::cerr << "warning: " << c.cache_warning << "\n";
@@ -193,35 +220,45 @@ int run_compile(const Args& args) {
 const std::vector<Command>& kernel_commands() {
   static const std::vector<Command> commands = {
       {"emit", "print the generated CUDA C++ of a spec's kernels",
-       "usage: fp8c emit FILE [--layer L] [--kernel K] [--ranks N] [--tokens M]\n"
+       "usage: fp8c emit FILE [--layer L] [--kernel K] [--ir] [--backend B] [--arch ARCH]\n"
+       "                     [--ranks N] [--tokens M]\n"
        "\n"
-       "Plans and lowers FILE (as `fp8c plan --lowered` does) and prints the CUDA\n"
-       "C++ source of every kernel the lowered plan launches (the ones a Session\n"
-       "compiles), each headed by the steps that use it. Kernels needed by\n"
-       "several steps are printed once.\n"
+       "Plans and lowers FILE (as `fp8c plan --lowered` does) and prints the\n"
+       "source of every kernel the lowered plan launches (the ones a Session\n"
+       "compiles), each headed by the steps that use it: CUDA C++ under\n"
+       "backend nvrtc, PTX for ARCH (default sm_90a) under backend llvm. Kernels\n"
+       "needed by several steps are printed once. Kinds not built as kernel IR\n"
+       "yet print their CUDA C++ under either backend, saying so.\n"
        "\n"
        "  --layer L    only the kernels of layer L\n"
        "  --kernel K   only kernel K (names as `fp8c compile` lists them)\n"
+       "  --ir         the kernel IR instead (codegen/ir)\n"
+       "  --backend B  nvrtc or llvm (default: the spec's `backend =`, else nvrtc)\n"
        "  --ranks N, --tokens M   as for `fp8c plan`\n"
        "\n"
        "What the GPU executor cannot run yet is listed on stderr.\n"
-       "Exit status: 0 success, 1 invalid spec or unknown kernel, 2 usage error.\n",
+       "Exit status: 0 success, 1 invalid spec, unknown kernel or no LLVM backend,\n"
+       "2 usage error.\n",
        run_emit},
-      {"compile", "compile a spec's kernels with NVRTC (no GPU needed)",
-       "usage: fp8c compile FILE [--arch ARCH] [--layer L] [--threads T] [--cache-dir D]\n"
-       "                        [--ranks N] [--tokens M]\n"
+      {"compile", "compile a spec's kernels with NVRTC or LLVM (no GPU needed)",
+       "usage: fp8c compile FILE [--arch ARCH] [--backend B] [--layer L] [--threads T]\n"
+       "                        [--cache-dir D] [--ranks N] [--tokens M]\n"
        "\n"
        "Compiles every kernel of FILE's lowered plan (the kernels a Session\n"
-       "compiles) to a CUBIN for ARCH (default sm_90a)\n"
-       "through NVRTC, in parallel, through the on-disk cache, and prints per\n"
-       "kernel: compile ms (cache read ms on a hit), CUBIN bytes, registers,\n"
-       "spilled bytes, and whether the cache had it. The cache is FP8C_CACHE_DIR,\n"
-       "else $XDG_CACHE_HOME/fp8c, else ~/.cache/fp8c (or --cache-dir).\n"
+       "compiles) to a CUBIN for ARCH (default sm_90a), in parallel, through the\n"
+       "on-disk cache, and prints per kernel: compile ms (cache read ms on a hit),\n"
+       "CUBIN bytes, registers, spilled bytes, whether the cache had it, and the\n"
+       "compiler that built it. The cache is FP8C_CACHE_DIR, else\n"
+       "$XDG_CACHE_HOME/fp8c, else ~/.cache/fp8c (or --cache-dir).\n"
        "\n"
+       "  --backend B  nvrtc (CUDA C++ through NVRTC) or llvm (kernel IR through\n"
+       "               LLVM's NVPTX target, PTX through nvJitLink); kinds not\n"
+       "               built as IR yet go through NVRTC under either. Default:\n"
+       "               the spec's `backend =`, else nvrtc.\n"
        "  --threads T  compile on T threads (default: one per core)\n"
        "\n"
-       "Exit status: 0 success, 1 invalid spec, NVRTC missing or a compile error,\n"
-       "2 usage error.\n",
+       "Exit status: 0 success, 1 invalid spec, a compiler missing or a compile\n"
+       "error, 2 usage error.\n",
        run_compile},
   };
   return commands;

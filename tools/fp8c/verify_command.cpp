@@ -162,8 +162,8 @@ int run_verify(const Args& args) {
       const runtime::NcclBootstrap boot =
           launched ? runtime::nccl_bootstrap_from_process() : runtime::single_rank_bootstrap();
       runtime::Device device(boot.local_rank);
-      runtime::Jit jit(device.arch(),
-                       runtime::CubinCache(runtime::CubinCache::default_directory()));
+      runtime::Jit jit(device.arch(), runtime::CubinCache(runtime::CubinCache::default_directory()),
+                       spec.backend);
       if (options.ranks && *options.ranks != static_cast<std::uint32_t>(boot.world_size)) {
         std::cerr << "fp8c verify: --ranks " << *options.ranks << " but the launcher started "
                   << boot.world_size << " ranks (WORLD_SIZE)\n";
@@ -173,8 +173,8 @@ int run_verify(const Args& args) {
       report = runtime::verify_rank_on_gpu(spec, options, device, jit, *comm);
     } else if (on_gpu) {
       runtime::Device device(0);
-      runtime::Jit jit(device.arch(),
-                       runtime::CubinCache(runtime::CubinCache::default_directory()));
+      runtime::Jit jit(device.arch(), runtime::CubinCache(runtime::CubinCache::default_directory()),
+                       spec.backend);
       report = runtime::verify_spec_on_gpu(spec, options, device, jit);
     } else {
       report = cpu::verify_spec(spec, options);

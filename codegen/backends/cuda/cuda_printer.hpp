@@ -1,0 +1,25 @@
+// The kernel IR as CUDA C++ for NVRTC: one self-contained source (no
+// #include) with the kernel as an extern "C" __global__ function.
+//
+// The IR's semantics (codegen/ir/ir.hpp) are kept by what is printed: f32
+// arithmetic prints as __fadd_rn, __fmul_rn and their kin, which NVRTC
+// never fuses into an FMA (Op::fma prints __fmaf_rn), so the source needs
+// no option of its own and batches with any other kernel. The PTX-only
+// operations (FP8 packs, the approximate math, streaming stores) print as
+// inline asm, the same instructions the LLVM backend emits.
+//
+// With `for_host`, the source is for fp8c's CPU emulation of kernels
+// (tests/emulation/cuda_host.hpp): the inline asm becomes calls to the
+// host twins declared there, and each __shared__ array becomes a reference
+// to a namespace-scope array the harness poisons before every block.
+#pragma once
+
+#include <string>
+
+#include "codegen/ir/ir.hpp"
+
+namespace fp8c::cuda {
+
+std::string print(const ir::Kernel& kernel, bool for_host = false);
+
+}  // namespace fp8c::cuda

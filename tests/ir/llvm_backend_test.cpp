@@ -1,0 +1,221 @@
+// The LLVM backend from kernel IR to CUBIN, without a GPU: for every IR
+// kernel (the transpose variants and every one the examples' plans launch)
+// the LLVM IR passes LLVM's verifier before and after O3, the NVPTX backend
+// writes PTX for sm_90a, and nvJitLink assembles it with no spills. The JIT
+// keys LLVM-built kernels apart from NVRTC-built ones, caches them, and
+// sends the kinds not built as IR to NVRTC. Skipped, saying why, in a build
+// without LLVM.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "codegen/backends/llvm/llvm_backend.hpp"
+#include "codegen/lower/lowered.hpp"
+#include "codegen/plan/planner.hpp"
+#include "fp8c/dsl.hpp"
+#include "runtime/jit.hpp"
+#include "runtime/ptx_compiler.hpp"
+#include "tests/llvm_module.hpp"
+#include "tests/test_paths.hpp"
+
+namespace fp8c {
+namespace {
+
+#define REQUIRE_LLVM()                                                                         \
+  do {                                                                                         \
+    if (!llvm_backend::available())                                                            \
+      GTEST_SKIP() << "no LLVM backend in this build: " << llvm_backend::unavailable_reason(); \
+  } while (0)
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// Every kernel built as IR: the transposes and permutes of every element
+// size, and each IR kernel of each example's plan (by name, once).
+std::vector<KernelSource> ir_kernels() {
+  std::vector<KernelSource> all = {emit_cuda(TransposeKernel{1}), emit_cuda(TransposeKernel{4}),
+                                   emit_cuda(PermuteKernel{1}), emit_cuda(PermuteKernel{2}),
+                                   emit_cuda(PermuteKernel{4})};
+  std::set<std::string> names;
+  for (const auto& k : all) names.insert(k.name);
+  for (const auto& entry : std::filesystem::directory_iterator(testing::examples_dir())) {
+    if (entry.path().extension() != ".fp8") continue;
+    const Spec spec = load_spec(entry.path().string());
+    const LoweredPlan lowered = lower_plan(spec, plan_spec(spec, {std::nullopt, 1024}));
+    for (const auto& p : lowered.kernels) {
+      KernelSource k = emit_cuda(p.kernel);
+      if (k.ir && names.insert(k.name).second) all.push_back(std::move(k));
+    }
+  }
+  return all;
+}
+
+class ScratchCache {
+ public:
+  explicit ScratchCache(const std::string& name)
+      : dir_(std::filesystem::temp_directory_path() / name) {
+    std::filesystem::remove_all(dir_);
+  }
+  ~ScratchCache() { std::filesystem::remove_all(dir_); }
+  runtime::CubinCache cache() const { return runtime::CubinCache(dir_.string()); }
+
+ private:
+  std::filesystem::path dir_;
+};
+
+TEST(LlvmBackend, ReportsItsModuleAndVersion) {
+  REQUIRE_LLVM();
+  EXPECT_EQ(llvm_backend::unavailable_reason(), "");
+  EXPECT_TRUE(contains(llvm_backend::module_path(), "libfp8c_llvm.so"))
+      << llvm_backend::module_path();
+  EXPECT_EQ(llvm_backend::llvm_version().rfind("19.", 0), 0u) << llvm_backend::llvm_version();
+}
+
+TEST(LlvmBackend, EveryIrKernelVerifiesAndAssemblesForSm90aWithoutSpills) {
+  REQUIRE_LLVM();
+  const auto kernels = ir_kernels();
+  ASSERT_GE(kernels.size(), 5u);
+  for (const auto& k : kernels) {
+    SCOPED_TRACE(k.name);
+    // The emitter runs LLVM's verifier on both and throws with its message.
+    const std::string raw = llvm_backend::llvm_ir(*k.ir, "sm_90a", false);
+    const std::string optimized = llvm_backend::llvm_ir(*k.ir, "sm_90a", true);
+    EXPECT_TRUE(contains(raw, "define ")) << raw;
+    EXPECT_TRUE(contains(raw, "@" + k.entry)) << raw;
+    EXPECT_TRUE(contains(raw, "alloca")) << "locals start as allocas";
+    EXPECT_FALSE(contains(optimized, "alloca")) << "O3 promotes every local\n" << optimized;
+    const std::string ptx = llvm_backend::ptx(*k.ir, "sm_90a");
+    EXPECT_TRUE(contains(ptx, ".target sm_90a")) << ptx;
+    EXPECT_TRUE(contains(ptx, ".entry " + k.entry)) << ptx;
+    EXPECT_TRUE(contains(ptx, ".maxntid " + std::to_string(k.ir->max_threads))) << ptx;
+    const runtime::NvrtcOutput c =
+        runtime::compile_ptx_to_cubin(ptx, k.name + ".ptx", k.entry, "sm_90a");
+    EXPECT_FALSE(c.cubin.empty());
+    EXPECT_GT(c.registers, 0);
+    EXPECT_EQ(c.spill_stores, 0) << c.log;
+    EXPECT_EQ(c.spill_loads, 0) << c.log;
+    EXPECT_EQ(c.stack_frame, 0) << c.log;
+  }
+}
+
+// The byte transpose's hot path is the instructions it was written for,
+// under LLVM as under NVRTC: 16-byte read-only loads, byte permutes, 16-byte
+// stores, barriers.
+TEST(LlvmBackend, TransposeLowersToTheIntendedInstructions) {
+  REQUIRE_LLVM();
+  const KernelSource k = emit_cuda(TransposeKernel{1});
+  const std::string ptx = llvm_backend::ptx(*k.ir, "sm_90a");
+  for (const char* instruction : {"ld.global.nc.v4.u32", "prmt.b32", "st.global.v4.u32", "bar.sync",
+                                  "st.shared.u32", "ld.shared.v4.u32"})
+    EXPECT_TRUE(contains(ptx, instruction)) << instruction << "\n" << ptx;
+  EXPECT_FALSE(contains(ptx, ".local")) << ptx;
+}
+
+TEST(LlvmBackend, AnArchitectureLlvmDoesNotKnowIsAnError) {
+  REQUIRE_LLVM();
+  const KernelSource k = emit_cuda(TransposeKernel{4});
+  try {
+    (void)llvm_backend::ptx(*k.ir, "sm_9000");
+    FAIL() << "sm_9000 accepted";
+  } catch (const std::exception& e) {
+    EXPECT_TRUE(contains(e.what(), "sm_9000")) << e.what();
+  }
+}
+
+TEST(LlvmJit, KeysCompilesAndCachesIrKernelsApartFromNvrtc) {
+  REQUIRE_LLVM();
+  const ScratchCache scratch("fp8c-llvm-jit-test");
+  const runtime::Jit llvm("sm_90a", scratch.cache(), KernelBackend::llvm);
+  const runtime::Jit nvrtc("sm_90a", scratch.cache(), KernelBackend::nvrtc);
+  const KernelSource transpose = emit_cuda(TransposeKernel{1});
+  ASSERT_TRUE(llvm.lowers_through_llvm(transpose));
+  EXPECT_FALSE(nvrtc.lowers_through_llvm(transpose));
+  EXPECT_NE(llvm.key(transpose), nvrtc.key(transpose));
+
+  const runtime::CompiledKernel built = llvm.compile(transpose);
+  EXPECT_EQ(built.cache, runtime::CacheOutcome::compiled);
+  EXPECT_EQ(built.compiler,
+            "llvm " + llvm_backend::llvm_version() + " + " + runtime::ptx_compiler_version());
+  EXPECT_EQ(built.spill_stores + built.spill_loads, 0);
+  const runtime::CompiledKernel again = llvm.compile(transpose);
+  EXPECT_EQ(again.cache, runtime::CacheOutcome::hit);
+  EXPECT_EQ(again.cubin, built.cubin);
+  EXPECT_EQ(again.compiler, built.compiler);
+  // The same kernel under NVRTC is another entry, another CUBIN.
+  const runtime::CompiledKernel by_nvrtc = nvrtc.compile(transpose);
+  EXPECT_EQ(by_nvrtc.cache, runtime::CacheOutcome::compiled);
+  EXPECT_EQ(by_nvrtc.compiler.rfind("nvrtc ", 0), 0u) << by_nvrtc.compiler;
+  EXPECT_NE(by_nvrtc.cubin, built.cubin);
+}
+
+// A change to the IR is a change to the key, even where it is one constant.
+TEST(LlvmJit, TheKeyFollowsTheIr) {
+  REQUIRE_LLVM();
+  const ScratchCache scratch("fp8c-llvm-key-test");
+  const runtime::Jit llvm("sm_90a", scratch.cache(), KernelBackend::llvm);
+  KernelSource a = emit_cuda(TransposeKernel{4});
+  KernelSource b = a;
+  auto changed = std::make_shared<ir::Kernel>(*a.ir);
+  changed->max_threads = 128;
+  b.ir = changed;
+  EXPECT_NE(llvm.key(a), llvm.key(b));
+  // Not the CUDA text: LLVM never reads it.
+  KernelSource c = a;
+  c.source += "// a comment\n";
+  EXPECT_EQ(llvm.key(a), llvm.key(c));
+  EXPECT_NE(runtime::Jit("sm_90a", scratch.cache()).key(a),
+            runtime::Jit("sm_90a", scratch.cache()).key(c));
+}
+
+// Under backend = llvm, a plan's kinds without IR go through NVRTC, in one
+// compile_all with the IR ones, each named with its compiler.
+TEST(LlvmJit, ExampleKernelsMixBothCompilers) {
+  REQUIRE_LLVM();
+  const Spec spec = load_spec(testing::examples_dir() + "/gpt_mlp.fp8");
+  const LoweredPlan lowered = lower_plan(spec, plan_spec(spec, {std::nullopt, 1024}));
+  std::vector<KernelSource> sources;
+  for (const auto& p : lowered.kernels) sources.push_back(emit_cuda(p.kernel));
+  const ScratchCache scratch("fp8c-llvm-mixed-test");
+  const runtime::Jit jit("sm_90a", scratch.cache(), KernelBackend::llvm);
+  const auto compiled = jit.compile_all(sources, 2);
+  ASSERT_EQ(compiled.size(), sources.size());
+  int llvm_built = 0;
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    SCOPED_TRACE(sources[i].name);
+    EXPECT_EQ(compiled[i].name, sources[i].name);
+    EXPECT_FALSE(compiled[i].cubin.empty());
+    const bool llvm = sources[i].ir != nullptr;
+    llvm_built += llvm;
+    EXPECT_EQ(compiled[i].compiler.rfind(llvm ? "llvm " : "nvrtc ", 0), 0u) << compiled[i].compiler;
+  }
+  EXPECT_GE(llvm_built, 1);
+}
+
+// PTX handed over as the source (SourceLanguage::ptx) is assembled as it
+// is; PTX that does not assemble is an error naming the kernel.
+TEST(LlvmJit, PtxSourcesAreAssembledAndBadPtxNamesTheKernel) {
+  REQUIRE_LLVM();
+  const ScratchCache scratch("fp8c-ptx-source-test");
+  const runtime::Jit jit("sm_90a", scratch.cache());
+  const KernelSource ir = emit_cuda(TransposeKernel{4});
+  KernelSource ptx{ir.name, ir.entry, llvm_backend::ptx(*ir.ir, "sm_90a"), {}, SourceLanguage::ptx};
+  const runtime::CompiledKernel c = jit.compile(ptx);
+  EXPECT_FALSE(c.cubin.empty());
+  EXPECT_EQ(c.compiler, runtime::ptx_compiler_version());
+  ptx.name = "broken_ptx";
+  ptx.source =
+      ".version 8.0\n.target sm_90a\n.address_size 64\n.visible .entry broken_ptx() { bogus; }\n";
+  try {
+    (void)jit.compile(ptx);
+    FAIL() << "bad PTX assembled";
+  } catch (const std::runtime_error& e) {
+    EXPECT_TRUE(contains(e.what(), "broken_ptx")) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace fp8c
