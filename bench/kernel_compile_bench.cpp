@@ -99,9 +99,12 @@ int main(int argc, char** argv) {
       std::cerr << "kernel_compile_bench: " << llvm_backend::unavailable_reason() << "\n";
       return 1;
     }
-    // The IR kernels: both transposes, and those of the specs' plans.
-    std::vector<KernelSource> ir = {emit_cuda(TransposeKernel{1}), emit_cuda(TransposeKernel{4})};
-    std::set<std::string> names = {ir[0].name, ir[1].name};
+    // The IR kernels: the transposes and permutes, and those of the specs' plans.
+    std::vector<KernelSource> ir = {emit_cuda(TransposeKernel{1}), emit_cuda(TransposeKernel{4}),
+                                    emit_cuda(PermuteKernel{1}), emit_cuda(PermuteKernel{2}),
+                                    emit_cuda(PermuteKernel{4})};
+    std::set<std::string> names;
+    for (const auto& k : ir) names.insert(k.name);
     std::vector<std::vector<KernelSource>> spec_kernels;
     for (const auto& file : specs) {
       const Spec spec = load_spec(file);
