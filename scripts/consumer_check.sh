@@ -4,7 +4,7 @@
 # against that prefix only, built, and run on examples/gpt_mlp.fp8. Checks
 # what it prints (the plan's summary, and that libfp8c.so finds the gloo
 # module installed next to it), that nothing installed that users run needs
-# libgloo, and that the installed bin/fp8c finds the module at ../lib.
+# libgloo, and that the installed bin/fp8c finds the modules (gloo, LLVM) at ../lib.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
@@ -49,4 +49,10 @@ echo "== installed bin/fp8c verify (gloo from $libdir)"
 out=$(env -u FP8C_GLOO_MODULE "$prefix/bin/fp8c" verify examples/current_scaling_debug.fp8 --tokens 64 --backend gloo 2>&1) \
   || { echo "$out"; fail "installed fp8c verify failed"; }
 grep -q "checks passed" <<<"$out" || { echo "$out"; fail "installed fp8c verify did not pass"; }
+if [ -f "$libdir/libfp8c_llvm.so" ]; then
+  echo "== installed bin/fp8c emit --backend llvm (the LLVM module from $libdir)"
+  out=$(env -u FP8C_LLVM_MODULE "$prefix/bin/fp8c" emit examples/gpt_mlp.fp8 --backend llvm \
+        --kernel transpose_u8 2>&1) || { echo "$out"; fail "installed fp8c emit --backend llvm failed"; }
+  grep -q ".entry transpose_u8" <<<"$out" || { echo "$out"; fail "no PTX from the installed LLVM module"; }
+fi
 echo "consumer_check: ok"

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/ir/ir.hpp"
 #include "codegen/kernels/kernel_source.hpp"
 #include "fp8c/spec.hpp"
 
@@ -48,7 +49,10 @@ inline constexpr int kScaleUpdateThreads = 256;
 //   ([tensors] at scale_stride), and with guard > 0 const float* guard
 //   ([guard]).
 // scale may be previous_scale (updated in place). Grid: one block of
-// kScaleUpdateThreads per tensor.
+// kScaleUpdateThreads per tensor. build_ir (scale_update_ir.cpp) throws
+// std::invalid_argument for a description it cannot build; emit_cuda is
+// its CUDA print.
+ir::Kernel build_ir(const ScaleUpdateKernel& kernel);
 KernelSource emit_cuda(const ScaleUpdateKernel& kernel);
 
 }  // namespace fp8c

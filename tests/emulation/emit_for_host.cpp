@@ -167,8 +167,8 @@ std::string quantize_kernels() {
   return out.str();
 }
 
-// The transposes and permutes, printed for the host from their IR (the printer's host
-// twins need no replacing; the shared arrays are hoisted as above).
+// The transposes, permutes and scale updates, printed for the host from their IR (the printer's
+// host twins need no replacing; the shared arrays are hoisted as above).
 std::string ir_kernels() {
   std::ostringstream out, table;
   for (int bytes : {1, 4}) {
@@ -199,6 +199,23 @@ std::string ir_kernels() {
              << "::" << source.entry << "(static_cast<const " << ns << "::u8*>(in), static_cast<"
              << ns << "::u8*>(out), ranks, outer, inner); }},\n";
   }
+  std::ostringstream updates;
+  const auto variants = fp8c::emulation::emulated_scale_update_variants();
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    const std::string ns = "s" + std::to_string(i);
+    fp8c::KernelSource source = fp8c::emit_cuda(variants[i]);
+    source.source = fp8c::cuda::print(*source.ir, true);
+    emit(out, source, ns);
+    updates << "    {\"" << source.entry
+            << "\", [](float* h, const float* a, const float* p, float* s, "
+            << "float* inv, const float* g) { " << ns << "::" << source.entry << "(h, a, p, s, inv"
+            << (variants[i].guard > 0 ? ", g" : "") << "); }, " << ns << "::poison_shared},\n";
+  }
+  out << "struct EmulatedScaleUpdate {\n  const char* name;\n"
+      << "  void (*run)(float*, const float*, const float*, float*, float*, const float*);\n"
+      << "  void (*poison_shared)();\n};\n"
+      << "inline const EmulatedScaleUpdate kEmulatedScaleUpdates[] = {\n"
+      << updates.str() << "};\n";
   out << "struct EmulatedPermute {\n  int element_bytes;\n"
       << "  void (*run)(const void*, void*, int, int, long long);\n};\n"
       << "inline const EmulatedPermute kEmulatedPermutes[] = {\n"

@@ -10,6 +10,7 @@
 
 #include "codegen/kernels/block_quantize.hpp"
 #include "codegen/kernels/quantize.hpp"
+#include "codegen/kernels/scale_update.hpp"
 
 namespace fp8c::emulation {
 
@@ -91,6 +92,23 @@ inline std::vector<QuantizeKernel> emulated_quantize_variants() {
   five.columnwise = five.amax = true;
   five.min_blocks_per_sm = 5;
   all.push_back(five);
+  return all;
+}
+
+// Scale updates (built as kernel IR): both rules, histories of one, one
+// chunk and several chunks of 256, margins of both signs, a stride and the
+// NaN guard.
+inline std::vector<ScaleUpdateKernel> emulated_scale_update_variants() {
+  const std::vector<ElemType> mixed = {ElemType::e4m3, ElemType::e5m2, ElemType::e4m3};
+  std::vector<ScaleUpdateKernel> all = {{mixed, 16, 0, AmaxAlgo::max},
+                                        {mixed, 1, -2, AmaxAlgo::max},
+                                        {mixed, 300, 3, AmaxAlgo::most_recent},
+                                        {{ElemType::e5m2}, 513, 0, AmaxAlgo::max},
+                                        {{ElemType::e4m3}, 1024, -100, AmaxAlgo::max}};
+  ScaleUpdateKernel guarded{mixed, 64, 1, AmaxAlgo::max};
+  guarded.scale_stride = 4;
+  guarded.guard = 3;
+  all.push_back(guarded);
   return all;
 }
 

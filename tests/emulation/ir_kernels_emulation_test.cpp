@@ -8,7 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -16,8 +18,10 @@
 #include "codegen/kernels/permute.hpp"
 #include "codegen/kernels/transpose.hpp"
 #include "cuda_host.hpp"
+#include "emulation_variants.hpp"
 #include "guarded_buffer.hpp"
 #include "runtime/reference/permute_reference.hpp"
+#include "runtime/reference/scale_update_reference.hpp"
 #include "runtime/reference/transpose_reference.hpp"
 
 namespace fp8c::emulation {
@@ -160,6 +164,89 @@ std::vector<PermuteCase> permute_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, PermuteEmulation, ::testing::ValuesIn(permute_cases()));
+
+// Each scale update over steps whose amaxes are the special values (NaN,
+// +-Inf, +-0, negative, subnormal, overflowing quotients) and random ones,
+// on histories that hold them too, against codegen/numerics bit for bit;
+// the guarded variant also with a NaN verdict (nothing may change).
+class ScaleUpdateEmulation : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(ScaleUpdateEmulation, MatchesNumericsBitForBit) {
+  const ScaleUpdateKernel k = emulated_scale_update_variants()[GetParam()];
+  const EmulatedScaleUpdate& kernel = kEmulatedScaleUpdates[GetParam()];
+  ASSERT_EQ(k.name(), kernel.name);
+  SCOPED_TRACE(k.name());
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> specials = {std::bit_cast<float>(0x7FC00000u),
+                                       inf,
+                                       -inf,
+                                       0.0f,
+                                       -0.0f,
+                                       -3.5f,
+                                       std::bit_cast<float>(0x00000001u),
+                                       1e-37f,
+                                       std::numeric_limits<float>::max(),
+                                       1.0f,
+                                       448.0f,
+                                       0.1f};
+  const std::size_t n = k.formats.size(), len = k.history_length;
+  const std::size_t stride = static_cast<std::size_t>(k.scale_stride);
+  std::mt19937 rng(static_cast<unsigned>(len * 7 + n));
+  std::lognormal_distribution<float> magnitude(0.0f, 8.0f);
+  runtime::ScaleUpdateState state;
+  for (std::size_t i = 0; i < n * len; ++i)
+    state.history.push_back(rng() % 100 < 5 ? specials[rng() % specials.size()] : magnitude(rng));
+  for (std::size_t t = 0; t < n; ++t) state.scale.push_back(0.5f + static_cast<float>(t));
+  std::vector<float> history = state.history, scale(n * stride, -7.0f), inv(n * stride, -7.0f);
+  for (std::size_t t = 0; t < n; ++t) scale[t * stride] = state.scale[t];
+  std::vector<float> guard(static_cast<std::size_t>(std::max(k.guard, 1)), 1.0f);
+  for (int step = 0; step < static_cast<int>(specials.size()) + 4; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    std::vector<float> amax(n);
+    for (std::size_t t = 0; t < n; ++t)
+      amax[t] = step < static_cast<int>(specials.size())
+                    ? specials[(static_cast<std::size_t>(step) + 3 * t) % specials.size()]
+                    : magnitude(rng);
+    // The guarded kernel sees a NaN verdict every third step.
+    const bool vetoed = k.guard > 0 && step % 3 == 2;
+    guard.back() = vetoed ? std::bit_cast<float>(0xFFC00001u) : 2.0f;
+    const std::vector<float> history_before = history, scale_before = scale, inv_before = inv;
+    run_grid(
+        {static_cast<unsigned>(n), 1, 1}, kScaleUpdateThreads, Order::shuffled,
+        static_cast<std::uint32_t>(step),
+        [&] {
+          kernel.run(history.data(), amax.data(), scale.data(), scale.data(), inv.data(),
+                     guard.data());
+        },
+        kernel.poison_shared);
+    if (vetoed) {
+      EXPECT_EQ(std::memcmp(history.data(), history_before.data(), history.size() * 4), 0);
+      EXPECT_EQ(std::memcmp(scale.data(), scale_before.data(), scale.size() * 4), 0);
+      EXPECT_EQ(std::memcmp(inv.data(), inv_before.data(), inv.size() * 4), 0);
+      continue;
+    }
+    state = runtime::reference_scale_update(k, state, amax);
+    EXPECT_EQ(std::memcmp(history.data(), state.history.data(), history.size() * 4), 0)
+        << "history differs after the roll";
+    for (std::size_t t = 0; t < n; ++t) {
+      EXPECT_EQ(std::bit_cast<std::uint32_t>(scale[t * stride]),
+                std::bit_cast<std::uint32_t>(state.scale[t]))
+          << "tensor " << t << " amax " << amax[t];
+      EXPECT_EQ(std::bit_cast<std::uint32_t>(inv[t * stride]),
+                std::bit_cast<std::uint32_t>(state.scale_inv[t]))
+          << "tensor " << t << " scale_inv";
+      for (std::size_t s = 1; s < stride; ++s)
+        EXPECT_EQ(scale[t * stride + s], -7.0f) << "a write between strided scales";
+    }
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, ScaleUpdateEmulation,
+                         ::testing::Range<std::size_t>(0, emulated_scale_update_variants().size()),
+                         [](const auto& info) {
+                           return emulated_scale_update_variants()[info.param].name();
+                         });
 
 }  // namespace
 }  // namespace fp8c::emulation

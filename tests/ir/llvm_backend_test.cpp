@@ -35,11 +35,19 @@ bool contains(const std::string& s, const std::string& part) {
 }
 
 // Every kernel built as IR: the transposes and permutes of every element
-// size, and each IR kernel of each example's plan (by name, once).
+// size, scale updates, and each IR kernel of each example's plan (by name,
+// once).
 std::vector<KernelSource> ir_kernels() {
   std::vector<KernelSource> all = {emit_cuda(TransposeKernel{1}), emit_cuda(TransposeKernel{4}),
                                    emit_cuda(PermuteKernel{1}), emit_cuda(PermuteKernel{2}),
                                    emit_cuda(PermuteKernel{4})};
+  // The scale update with its guard and strides, and with the most-recent rule.
+  ScaleUpdateKernel guarded{
+      {ElemType::e4m3, ElemType::e4m3, ElemType::e5m2}, 1024, 3, AmaxAlgo::max};
+  guarded.scale_stride = 4;
+  guarded.guard = 3;
+  all.push_back(emit_cuda(guarded));
+  all.push_back(emit_cuda(ScaleUpdateKernel{{ElemType::e5m2}, 300, -2, AmaxAlgo::most_recent}));
   std::set<std::string> names;
   for (const auto& k : all) names.insert(k.name);
   for (const auto& entry : std::filesystem::directory_iterator(testing::examples_dir())) {
@@ -78,7 +86,7 @@ TEST(LlvmBackend, ReportsItsModuleAndVersion) {
 TEST(LlvmBackend, EveryIrKernelVerifiesAndAssemblesForSm90aWithoutSpills) {
   REQUIRE_LLVM();
   const auto kernels = ir_kernels();
-  ASSERT_GE(kernels.size(), 5u);
+  ASSERT_GE(kernels.size(), 7u);
   for (const auto& k : kernels) {
     SCOPED_TRACE(k.name);
     // The emitter runs LLVM's verifier on both and throws with its message.
@@ -113,6 +121,18 @@ TEST(LlvmBackend, TransposeLowersToTheIntendedInstructions) {
                                   "st.shared.u32", "ld.shared.v4.u32"})
     EXPECT_TRUE(contains(ptx, instruction)) << instruction << "\n" << ptx;
   EXPECT_FALSE(contains(ptx, ".local")) << ptx;
+}
+
+// The scale update divides with IEEE division only, under LLVM as in the
+// CUDA print (div.rn.f32, never an approximate reciprocal or division).
+TEST(LlvmBackend, ScaleUpdateDividesWithIeeeDivisionOnly) {
+  REQUIRE_LLVM();
+  const KernelSource k =
+      emit_cuda(ScaleUpdateKernel{{ElemType::e4m3, ElemType::e5m2}, 16, 1, AmaxAlgo::max});
+  const std::string ptx = llvm_backend::ptx(*k.ir, "sm_90a");
+  EXPECT_TRUE(contains(ptx, "div.rn.f32")) << ptx;
+  for (const char* approximate : {"div.approx", "div.full", "rcp.approx", ".ftz"})
+    EXPECT_FALSE(contains(ptx, approximate)) << approximate << "\n" << ptx;
 }
 
 TEST(LlvmBackend, AnArchitectureLlvmDoesNotKnowIsAnError) {

@@ -288,16 +288,16 @@ std::vector<float> special_amaxes() {
           0.1f};
 }
 
-class ScaleUpdateGpu : public ::testing::TestWithParam<ScaleUpdateKernel> {};
+class ScaleUpdateGpu
+    : public ::testing::TestWithParam<std::tuple<ScaleUpdateKernel, KernelBackend>> {};
 
 TEST_P(ScaleUpdateGpu, MatchesNumericsBitForBitOverSeveralSteps) {
-  REQUIRE_GPU();
-  testing::Gpu& g = gpu();
+  const auto [k, backend] = GetParam();
+  REQUIRE_GPU_AND_BACKEND(backend);
   // The special values tried in turn against every tensor: as many tensors
   // as the description has, repeated over enough steps to see each value in
   // each slot, with histories that already hold NaN, Inf and zeros.
-  const ScaleUpdateKernel k = GetParam();
-  const ScaleUpdateLauncher launcher(*g.jit, k);
+  const ScaleUpdateLauncher launcher(gpu().jit_for(backend), k);
   const std::size_t n = k.formats.size(), len = k.history_length;
   std::mt19937 rng(len * 7 + static_cast<unsigned>(k.margin + 1000));
   std::lognormal_distribution<float> magnitude(0.0f, 8.0f);
@@ -350,18 +350,24 @@ TEST_P(ScaleUpdateGpu, MatchesNumericsBitForBitOverSeveralSteps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, ScaleUpdateGpu,
-                         ::testing::ValuesIn(testing::scale_update_variants()),
-                         [](const auto& info) { return info.param.name(); });
+                         ::testing::Combine(::testing::ValuesIn(testing::scale_update_variants()),
+                                            kBackends),
+                         [](const auto& info) {
+                           return std::get<0>(info.param).name() + "_" +
+                                  backend_name(std::get<1>(info.param));
+                         });
 
 // Under `nan = error` the update reads the layer's NaN verdict first: finite
 // values change nothing about what it computes; a NaN anywhere in it (or a
 // NaN with its sign bit set) leaves every byte it would write as it was.
-TEST(ScaleUpdateGuardGpu, WritesNothingWhenTheVerdictHoldsANan) {
-  REQUIRE_GPU();
-  testing::Gpu& g = gpu();
+class ScaleUpdateGuardGpu : public ::testing::TestWithParam<KernelBackend> {};
+
+TEST_P(ScaleUpdateGuardGpu, WritesNothingWhenTheVerdictHoldsANan) {
+  REQUIRE_GPU_AND_BACKEND(GetParam());
+  const runtime::Jit& jit = gpu().jit_for(GetParam());
   ScaleUpdateKernel k{{ElemType::e4m3, ElemType::e5m2}, 16, 0, AmaxAlgo::max};
   k.guard = 3;
-  const ScaleUpdateLauncher launcher(*g.jit, k);
+  const ScaleUpdateLauncher launcher(jit, k);
   const std::size_t n = 2, len = 16;
   ScaleUpdateState state;
   for (std::size_t i = 0; i < n * len; ++i) state.history.push_back(0.25f * float(i + 1));
@@ -414,6 +420,9 @@ TEST(ScaleUpdateGuardGpu, WritesNothingWhenTheVerdictHoldsANan) {
       std::invalid_argument)
       << "a guarded update without its verdict is refused";
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, ScaleUpdateGuardGpu, kBackends,
+                         [](const auto& info) { return backend_name(info.param); });
 
 }  // namespace
 }  // namespace fp8c::runtime

@@ -221,6 +221,14 @@ Helper helper(Op op) {
 }
 )",
               "inline float ir_ex2_approx(float x) { return std::exp2(x); }\n"};
+    case Op::div:  // f32 only: IEEE division whatever NVRTC's -prec-div, -ftz or fast math
+      return {R"(__device__ __forceinline__ float ir_div_rn(float a, float b) {
+  float q;
+  asm("div.rn.f32 %0, %1, %2;" : "=f"(q) : "f"(a), "f"(b));
+  return q;
+}
+)",
+              "inline float ir_div_rn(float a, float b) { return a / b; }\n"};
     case Op::div_approx:
       return {R"(__device__ __forceinline__ float ir_div_approx(float a, float b) {
   float y;
@@ -349,11 +357,16 @@ class Printer {
     const Type& operand = n.args[0].type();
     // f32 arithmetic through the _rn intrinsics, which NVRTC never fuses
     // into an FMA: the IR fuses only where it says fma.
+    if (operand.is_float() && n.op == Op::div) {
+      helpers_.insert(Op::div);
+      return "ir_div_rn(" + expr(n.args[0]) + ", " + expr(n.args[1]) + ")";
+    }
     if (operand.is_float() && !host_ && !n.type.is_pred()) {
       const char* f = n.op == Op::add   ? "__fadd_rn("
                       : n.op == Op::sub ? "__fsub_rn("
-                      : n.op == Op::mul ? "__fmul_rn("
-                                        : "__fdiv_rn(";
+                                        : "__fmul_rn(";
+      if (n.op != Op::add && n.op != Op::sub && n.op != Op::mul)
+        fail("f32 " + std::string(ir::op_name(n.op)));
       return f + expr(n.args[0]) + ", " + expr(n.args[1]) + ")";
     }
     if (operand.is_pred()) {

@@ -2,9 +2,11 @@
 // #include) with the kernel as an extern "C" __global__ function.
 //
 // The IR's semantics (codegen/ir/ir.hpp) are kept by what is printed: f32
-// arithmetic prints as __fadd_rn, __fmul_rn and their kin, which NVRTC
-// never fuses into an FMA (Op::fma prints __fmaf_rn), so the source needs
-// no option of its own and batches with any other kernel. The PTX-only
+// addition and multiplication print as __fadd_rn, __fsub_rn, __fmul_rn,
+// which NVRTC never fuses into an FMA (Op::fma prints __fmaf_rn), and f32
+// division as inline div.rn.f32, which no -prec-div, -ftz or fast math
+// changes, so the source needs no option of its own and batches with any
+// other kernel. The PTX-only
 // operations (FP8 packs, the approximate math, streaming stores) print as
 // inline asm, the same instructions the LLVM backend emits.
 //

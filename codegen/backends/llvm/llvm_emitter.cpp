@@ -468,6 +468,10 @@ class Emitter {
         return;
       case ir::StmtKind::return_:
         b_.CreateRetVoid();
+        // What follows a return in its block is dead but must still be
+        // well-formed IR: it goes into a block of its own, which the
+        // optimizer removes.
+        b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "after.return", fn_));
         return;
       case ir::StmtKind::comment:
         return;
