@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -26,25 +25,10 @@ struct GlooRendezvousStore::Impl {
 
 namespace {
 
-// Why the module's table cannot be used; empty when it can. abi_version and
-// fp8c_version are the first fields in every ABI, so they are safe to read
-// from a module of any build.
-std::string check_api(const void* table) {
-  const auto* api = static_cast<const gloo_module::Api*>(table);
-  if (api == nullptr) return std::string(gloo_module::kEntry) + "() returned no table";
-  if (api->abi_version != gloo_module::kAbiVersion ||
-      std::string_view(api->fp8c_version) != FP8C_VERSION) {
-    return "built by fp8c " + std::string(api->fp8c_version) + " (module ABI " +
-           std::to_string(api->abi_version) + "), this is fp8c " FP8C_VERSION " (ABI " +
-           std::to_string(gloo_module::kAbiVersion) + "): use the module built with it";
-  }
-  return {};
-}
-
 LoadedModule load_gloo_module() {
   const ModuleSpec spec{gloo_module::kFileName, gloo_module::kEntry, "FP8C_GLOO_MODULE",
-                        "fp8c collectives: the gloo backend"};
-  return load_module(spec, check_api,
+                        "fp8c collectives: the gloo backend", gloo_module::kAbiVersion};
+  return load_module(spec,
                      "set FP8C_GLOO_MODULE to the module's path, or use the in-process backend");
 }
 

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -26,18 +27,28 @@ std::string dlerror_text(const std::string& file) {
   return text;
 }
 
+// Why the table a module's entry returned cannot be used; empty when it can.
+std::string check_table(const void* table, const ModuleSpec& spec) {
+  const auto* header = static_cast<const ModuleHeader*>(table);
+  if (header == nullptr) return std::string(spec.entry) + "() returned no table";
+  if (header->abi_version != spec.abi_version ||
+      std::string_view(header->fp8c_version) != FP8C_VERSION)
+    return "built by fp8c " + std::string(header->fp8c_version) + " (module ABI " +
+           std::to_string(header->abi_version) + "), this is fp8c " FP8C_VERSION " (ABI " +
+           std::to_string(spec.abi_version) + "): use the module built with it";
+  return {};
+}
+
 // Opens `file` and checks its table; on success fills `module` and returns
 // an empty string, else returns why not.
-std::string open_module(const std::string& file, const ModuleSpec& spec,
-                        const std::function<std::string(const void*)>& check,
-                        LoadedModule& module) {
+std::string open_module(const std::string& file, const ModuleSpec& spec, LoadedModule& module) {
   void* handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) return dlerror_text(file);
   dlerror();
   auto entry = reinterpret_cast<EntryFunction>(dlsym(handle, spec.entry));
   if (entry == nullptr) return "no symbol " + std::string(spec.entry) + ": not this fp8c module";
   const void* table = entry();
-  if (std::string why = check(table); !why.empty()) return why;
+  if (std::string why = check_table(table, spec); !why.empty()) return why;
   module.table = table;
   // The dynamic linker's search gives no directory; ask where it found it.
   Dl_info info{};
@@ -86,9 +97,7 @@ std::vector<std::string> candidate_files(const char* file_name) {
 
 }  // namespace
 
-LoadedModule load_module(const ModuleSpec& spec,
-                         const std::function<std::string(const void*)>& check,
-                         const std::string& advice) {
+LoadedModule load_module(const ModuleSpec& spec, const std::string& advice) {
   LoadedModule module;
   std::string tried;
   const auto note = [&tried](const std::string& where, const std::string& why) {
@@ -102,7 +111,7 @@ LoadedModule load_module(const ModuleSpec& spec,
 
   if (const char* override_path = std::getenv(spec.env_var);
       override_path != nullptr && override_path[0] != '\0') {
-    const std::string why = open_module(override_path, spec, check, module);
+    const std::string why = open_module(override_path, spec, module);
     if (why.empty()) return module;
     note(override_path, why);
     return unavailable(std::string(" (") + spec.env_var + " is set, so nothing else was tried)");
@@ -111,7 +120,7 @@ LoadedModule load_module(const ModuleSpec& spec,
   dlerror();
   if (void* entry = dlsym(RTLD_DEFAULT, spec.entry)) {
     const void* table = reinterpret_cast<EntryFunction>(entry)();
-    const std::string why = check(table);
+    const std::string why = check_table(table, spec);
     Dl_info info{};
     const std::string where = dladdr(entry, &info) != 0 && info.dli_fname != nullptr
                                   ? info.dli_fname
@@ -130,12 +139,12 @@ LoadedModule load_module(const ModuleSpec& spec,
       note(file, "not found");
       continue;
     }
-    const std::string why = open_module(file, spec, check, module);
+    const std::string why = open_module(file, spec, module);
     if (why.empty()) return module;
     note(file, why);
   }
 
-  const std::string why = open_module(spec.file_name, spec, check, module);
+  const std::string why = open_module(spec.file_name, spec, module);
   if (why.empty()) return module;
   note(std::string(spec.file_name) + " (dynamic linker search)", why);
   return unavailable("");

@@ -3,10 +3,11 @@
 // library the rest of fp8c must run without (the GPU machine has neither
 // gloo nor LLVM), so nothing else names it as DT_NEEDED.
 //
-// A module exports one C function, `entry`, returning a table whose first
-// two fields are a std::uint32_t ABI number and the fp8c version of the
-// build that made it; `check` says why a table cannot be used (empty when
-// it can). The first of these that yields a usable table wins:
+// A module exports one C function, `entry`, returning a table that starts
+// with a ModuleHeader: the ABI number of the table and the fp8c version of
+// the build that made it. A table is usable when both are this build's
+// (`abi_version`, FP8C_VERSION): a module from another build is refused,
+// saying whose it is. The first of these that yields a usable table wins:
 //   1. $env_var, when set and not empty: that file and nothing else, so an
 //      override never silently falls back to another copy;
 //   2. a module already in the process (a program linked with it);
@@ -21,16 +22,24 @@
 // objects and exceptions it made.
 #pragma once
 
-#include <functional>
+#include <cstdint>
 #include <string>
 
 namespace fp8c {
 
+// The first fields of every module's table, in every ABI, so that they are
+// safe to read from a module of any build.
+struct ModuleHeader {
+  std::uint32_t abi_version;
+  const char* fp8c_version;
+};
+
 struct ModuleSpec {
-  const char* file_name;  // "libfp8c_gloo.so"
-  const char* entry;      // the exported C function
-  const char* env_var;    // the override, e.g. "FP8C_GLOO_MODULE"
-  const char* what;       // for messages: "fp8c collectives: the gloo backend"
+  const char* file_name;      // "libfp8c_gloo.so"
+  const char* entry;          // the exported C function
+  const char* env_var;        // the override, e.g. "FP8C_GLOO_MODULE"
+  const char* what;           // for messages: "fp8c collectives: the gloo backend"
+  std::uint32_t abi_version;  // of the table this build reads
 };
 
 struct LoadedModule {
@@ -39,10 +48,7 @@ struct LoadedModule {
   std::string error;            // why no module could be used; empty when table is set
 };
 
-// `check`: why a table is unusable, or empty. `advice` ends the error
-// ("set FP8C_GLOO_MODULE to the module's path, or ...").
-LoadedModule load_module(const ModuleSpec& spec,
-                         const std::function<std::string(const void*)>& check,
-                         const std::string& advice);
+// `advice` ends the error ("set FP8C_GLOO_MODULE to the module's path, or ...").
+LoadedModule load_module(const ModuleSpec& spec, const std::string& advice);
 
 }  // namespace fp8c

@@ -1,30 +1,17 @@
 #include "codegen/backends/llvm/llvm_backend.hpp"
 
-#include <string_view>
-
 #include "codegen/backends/llvm/llvm_module_api.hpp"
 #include "common/module_loader.hpp"
 
 namespace fp8c::llvm_backend {
 namespace {
 
-std::string check_api(const void* table) {
-  const auto* api = static_cast<const module_api::Api*>(table);
-  if (api == nullptr) return std::string(module_api::kEntry) + "() returned no table";
-  if (api->abi_version != module_api::kAbiVersion ||
-      std::string_view(api->fp8c_version) != FP8C_VERSION)
-    return "built by fp8c " + std::string(api->fp8c_version) + " (module ABI " +
-           std::to_string(api->abi_version) + "), this is fp8c " FP8C_VERSION " (ABI " +
-           std::to_string(module_api::kAbiVersion) + "): use the module built with it";
-  return {};
-}
-
 // Decided once per process, like the gloo module.
 const LoadedModule& module() {
   static const LoadedModule loaded = [] {
     const ModuleSpec spec{module_api::kFileName, module_api::kEntry, "FP8C_LLVM_MODULE",
-                          "fp8c: the LLVM backend (backend = llvm)"};
-    return load_module(spec, check_api,
+                          "fp8c: the LLVM backend (backend = llvm)", module_api::kAbiVersion};
+    return load_module(spec,
                        "build fp8c with LLVM 19 installed (scripts/setup.sh installs llvm-19-dev), "
                        "set FP8C_LLVM_MODULE to the module's path, or use backend = nvrtc");
   }();
