@@ -183,6 +183,10 @@ Expr convert(Expr a, Type to) {
   return make({Op::convert, to, {std::move(a)}});
 }
 
+Expr wide(Expr i) {
+  return convert(std::move(i), kI64);
+}
+
 Expr bitcast(Expr a, Type to) {
   if (!scalar_value(a.type()) || !scalar_value(to) || a.type().bytes() != to.bytes() ||
       a.type().is_pred() || to.is_pred())

@@ -163,6 +163,7 @@ Expr binary(Op op, Expr a, Expr b);
 Expr unary(Op op, Expr a);
 Expr select(Expr c, Expr a, Expr b);
 Expr convert(Expr a, Type to);
+Expr wide(Expr i);  // convert(i, kI64): an index or offset in 64 bits
 Expr bitcast(Expr a, Type to);
 Expr index(Expr pointer, Expr i);  // i: an integer of any width
 Expr reinterpret(Expr pointer, Type pointee);

@@ -23,10 +23,6 @@ namespace {
 
 using namespace ir;
 
-Expr wide(Expr i) {
-  return convert(std::move(i), kI64);
-}
-
 // One output row in units of `unit` (a scalar or vector type of 1 to 16 bytes).
 void copy_row(Builder& b, Type unit, Expr in, Expr out, Expr ranks, Expr outer, Expr segment_bytes,
               Expr o) {
@@ -46,11 +42,10 @@ void copy_row(Builder& b, Type unit, Expr in, Expr out, Expr ranks, Expr outer, 
         Expr r = b.let("r", u[j] / units);
         Expr i = b.let("i", u[j] - r * units);
         Expr src = reinterpret(in + (wide(r) * wide(outer) + wide(o)) * segment_bytes, unit);
-        b.assign(v[j], load(src + convert(i, kI64)));
+        b.assign(v[j], load(src + wide(i)));
       });
     }
-    for (int j = 0; j < 4; ++j)
-      b.if_(u[j] < total, [&] { b.store(dst + convert(u[j], kI64), v[j]); });
+    for (int j = 0; j < 4; ++j) b.if_(u[j] < total, [&] { b.store(dst + wide(u[j]), v[j]); });
   });
 }
 

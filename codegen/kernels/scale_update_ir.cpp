@@ -71,7 +71,7 @@ Kernel scale_update(const ScaleUpdateKernel& k) {
       b.if_(abs_bits(load(guard + g)) > u32(0x7F800000), [&] { b.return_(); });
     });
   }
-  Expr h = b.let("h", history + convert(tensor, kI64) * i64(history_length));
+  Expr h = b.let("h", history + wide(tensor) * i64(history_length));
   Expr newest = b.let("newest", load(amax_in + tensor));
   Var amax_bits = b.local("amax_bits", u32(0));
   const int chunks = (history_length - 1) / 256 + 1;

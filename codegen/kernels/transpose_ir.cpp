@@ -29,10 +29,6 @@ namespace {
 
 using namespace ir;
 
-Expr wide(Expr i) {
-  return convert(std::move(i), kI64);
-}
-
 Kernel word_transpose(const TransposeKernel& k) {
   Builder b(k.name(), kTransposeThreads);
   b.set_summary("transpose of a batch of [rows, cols] u32 matrices (32x32 tiles)");

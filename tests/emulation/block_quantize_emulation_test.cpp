@@ -38,10 +38,8 @@ struct Case {
 
 void run_case(const BlockQuantizeKernel& k, const EmulatedKernel& kernel, const Case& c,
               std::uint32_t seed) {
-  const char* orders[] = {"forward", "backward", "shuffled"};
   SCOPED_TRACE(k.name() + " " + std::to_string(c.rows) + "x" + std::to_string(c.cols) +
-               (c.specials ? " with NaN/Inf" : "") + ", threads " +
-               orders[static_cast<int>(c.order)] +
+               (c.specials ? " with NaN/Inf" : "") + ", threads " + order_name(c.order) +
                (c.misalign ? ", pointers misaligned by " + std::to_string(c.misalign) : ""));
   std::mt19937 rng(seed);
   const auto x = testing::random_block_quantize_input(

@@ -118,6 +118,11 @@ inline constexpr int kMaxThreads = 1024;
 
 enum class Order { forward, backward, shuffled };
 
+inline const char* order_name(Order order) {
+  static const char* const names[] = {"forward", "backward", "shuffled"};
+  return names[static_cast<int>(order)];
+}
+
 class Block {
  public:
   static Block& current() {

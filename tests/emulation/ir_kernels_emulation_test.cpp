@@ -10,11 +10,11 @@
 
 #include <bit>
 #include <cstdint>
-#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "../runtime/other_kernel_variants.hpp"
 #include "codegen/kernels/permute.hpp"
 #include "codegen/kernels/transpose.hpp"
 #include "cuda_host.hpp"
@@ -37,11 +37,9 @@ struct Case {
 };
 
 std::string describe(const Case& c) {
-  static const char* const orders[] = {"forward", "backward", "shuffled"};
   return std::to_string(c.element_bytes) + "-byte " + std::to_string(c.rows) + "x" +
          std::to_string(c.cols) + " batch " + std::to_string(c.batch) + ", threads " +
-         orders[static_cast<int>(c.order)] +
-         (c.misalign ? ", misaligned by " + std::to_string(c.misalign) : "");
+         order_name(c.order) + (c.misalign ? ", misaligned by " + std::to_string(c.misalign) : "");
 }
 
 void PrintTo(const Case& c, std::ostream* os) {
@@ -104,11 +102,14 @@ std::vector<Case> cases() {
 
 std::string test_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  static const char* const orders[] = {"forward", "backward", "shuffled"};
-  return "u" + std::to_string(8 * c.element_bytes) + "_" + std::to_string(c.rows) + "x" +
-         std::to_string(c.cols) + "_b" + std::to_string(c.batch) + "_" +
-         orders[static_cast<int>(c.order)] +
-         (c.misalign ? "_off" + std::to_string(c.misalign) : "");
+  // Appended piece by piece: GCC 12 warns (-Wrestrict, falsely) on
+  // "literal" + std::string temporaries here.
+  std::string n = "u";
+  ((n += std::to_string(8 * c.element_bytes)) += "_") += std::to_string(c.rows);
+  ((n += "x") += std::to_string(c.cols)) += "_b";
+  ((n += std::to_string(c.batch)) += "_") += order_name(c.order);
+  if (c.misalign) (n += "_off") += std::to_string(c.misalign);
+  return n;
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, TransposeEmulation, ::testing::ValuesIn(cases()), test_name);
@@ -121,7 +122,7 @@ struct PermuteCase {
 
 void PrintTo(const PermuteCase& c, std::ostream* os) {
   *os << c.element_bytes << "-byte ranks " << c.ranks << " outer " << c.outer << " inner "
-      << c.inner_local << " order " << static_cast<int>(c.order);
+      << c.inner_local << ", threads " << order_name(c.order);
 }
 
 class PermuteEmulation : public ::testing::TestWithParam<PermuteCase> {};
@@ -176,19 +177,7 @@ TEST_P(ScaleUpdateEmulation, MatchesNumericsBitForBit) {
   const EmulatedScaleUpdate& kernel = kEmulatedScaleUpdates[GetParam()];
   ASSERT_EQ(k.name(), kernel.name);
   SCOPED_TRACE(k.name());
-  const float inf = std::numeric_limits<float>::infinity();
-  const std::vector<float> specials = {std::bit_cast<float>(0x7FC00000u),
-                                       inf,
-                                       -inf,
-                                       0.0f,
-                                       -0.0f,
-                                       -3.5f,
-                                       std::bit_cast<float>(0x00000001u),
-                                       1e-37f,
-                                       std::numeric_limits<float>::max(),
-                                       1.0f,
-                                       448.0f,
-                                       0.1f};
+  const std::vector<float> specials = testing::special_amaxes();
   const std::size_t n = k.formats.size(), len = k.history_length;
   const std::size_t stride = static_cast<std::size_t>(k.scale_stride);
   std::mt19937 rng(static_cast<unsigned>(len * 7 + n));

@@ -44,10 +44,8 @@ struct Case {
 
 void run_case(const QuantizeKernel& k, const EmulatedQuantizeKernel& kernel, const Case& c,
               std::uint32_t seed) {
-  const char* orders[] = {"forward", "backward", "shuffled"};
   SCOPED_TRACE(k.name() + " " + std::to_string(c.rows) + "x" + std::to_string(c.cols) +
-               (c.specials ? " with NaN/Inf" : "") + ", threads " +
-               orders[static_cast<int>(c.order)]);
+               (c.specials ? " with NaN/Inf" : "") + ", threads " + order_name(c.order));
   std::mt19937 rng(seed);
   const std::size_t rows = static_cast<std::size_t>(c.rows),
                     cols = static_cast<std::size_t>(c.cols);

@@ -19,6 +19,7 @@
 #include "runtime/jit.hpp"
 #include "runtime/ptx_compiler.hpp"
 #include "tests/llvm_module.hpp"
+#include "tests/runtime/scratch_cache_test.hpp"
 #include "tests/test_paths.hpp"
 
 namespace fp8c {
@@ -62,18 +63,8 @@ std::vector<KernelSource> ir_kernels() {
   return all;
 }
 
-class ScratchCache {
- public:
-  explicit ScratchCache(const std::string& name)
-      : dir_(std::filesystem::temp_directory_path() / name) {
-    std::filesystem::remove_all(dir_);
-  }
-  ~ScratchCache() { std::filesystem::remove_all(dir_); }
-  runtime::CubinCache cache() const { return runtime::CubinCache(dir_.string()); }
-
- private:
-  std::filesystem::path dir_;
-};
+// Each JIT test with a cubin cache of its own (tests/runtime/scratch_cache_test.hpp).
+class LlvmJit : public testing::ScratchCacheTest {};
 
 TEST(LlvmBackend, ReportsItsModuleAndVersion) {
   REQUIRE_LLVM();
@@ -146,11 +137,10 @@ TEST(LlvmBackend, AnArchitectureLlvmDoesNotKnowIsAnError) {
   }
 }
 
-TEST(LlvmJit, KeysCompilesAndCachesIrKernelsApartFromNvrtc) {
+TEST_F(LlvmJit, KeysCompilesAndCachesIrKernelsApartFromNvrtc) {
   REQUIRE_LLVM();
-  const ScratchCache scratch("fp8c-llvm-jit-test");
-  const runtime::Jit llvm("sm_90a", scratch.cache(), KernelBackend::llvm);
-  const runtime::Jit nvrtc("sm_90a", scratch.cache(), KernelBackend::nvrtc);
+  const runtime::Jit llvm = jit("sm_90a", KernelBackend::llvm);
+  const runtime::Jit nvrtc = jit("sm_90a", KernelBackend::nvrtc);
   const KernelSource transpose = emit_cuda(TransposeKernel{1});
   ASSERT_TRUE(llvm.lowers_through_llvm(transpose));
   EXPECT_FALSE(nvrtc.lowers_through_llvm(transpose));
@@ -173,10 +163,9 @@ TEST(LlvmJit, KeysCompilesAndCachesIrKernelsApartFromNvrtc) {
 }
 
 // A change to the IR is a change to the key, even where it is one constant.
-TEST(LlvmJit, TheKeyFollowsTheIr) {
+TEST_F(LlvmJit, TheKeyFollowsTheIr) {
   REQUIRE_LLVM();
-  const ScratchCache scratch("fp8c-llvm-key-test");
-  const runtime::Jit llvm("sm_90a", scratch.cache(), KernelBackend::llvm);
+  const runtime::Jit llvm = jit("sm_90a", KernelBackend::llvm);
   KernelSource a = emit_cuda(TransposeKernel{4});
   KernelSource b = a;
   auto changed = std::make_shared<ir::Kernel>(*a.ir);
@@ -187,21 +176,18 @@ TEST(LlvmJit, TheKeyFollowsTheIr) {
   KernelSource c = a;
   c.source += "// a comment\n";
   EXPECT_EQ(llvm.key(a), llvm.key(c));
-  EXPECT_NE(runtime::Jit("sm_90a", scratch.cache()).key(a),
-            runtime::Jit("sm_90a", scratch.cache()).key(c));
+  EXPECT_NE(jit().key(a), jit().key(c));
 }
 
 // Under backend = llvm, a plan's kinds without IR go through NVRTC, in one
 // compile_all with the IR ones, each named with its compiler.
-TEST(LlvmJit, ExampleKernelsMixBothCompilers) {
+TEST_F(LlvmJit, ExampleKernelsMixBothCompilers) {
   REQUIRE_LLVM();
   const Spec spec = load_spec(testing::examples_dir() + "/gpt_mlp.fp8");
   const LoweredPlan lowered = lower_plan(spec, plan_spec(spec, {std::nullopt, 1024}));
   std::vector<KernelSource> sources;
   for (const auto& p : lowered.kernels) sources.push_back(emit_cuda(p.kernel));
-  const ScratchCache scratch("fp8c-llvm-mixed-test");
-  const runtime::Jit jit("sm_90a", scratch.cache(), KernelBackend::llvm);
-  const auto compiled = jit.compile_all(sources, 2);
+  const auto compiled = jit("sm_90a", KernelBackend::llvm).compile_all(sources, 2);
   ASSERT_EQ(compiled.size(), sources.size());
   int llvm_built = 0;
   for (std::size_t i = 0; i < sources.size(); ++i) {
@@ -217,20 +203,19 @@ TEST(LlvmJit, ExampleKernelsMixBothCompilers) {
 
 // PTX handed over as the source (SourceLanguage::ptx) is assembled as it
 // is; PTX that does not assemble is an error naming the kernel.
-TEST(LlvmJit, PtxSourcesAreAssembledAndBadPtxNamesTheKernel) {
+TEST_F(LlvmJit, PtxSourcesAreAssembledAndBadPtxNamesTheKernel) {
   REQUIRE_LLVM();
-  const ScratchCache scratch("fp8c-ptx-source-test");
-  const runtime::Jit jit("sm_90a", scratch.cache());
+  const runtime::Jit nvrtc = jit();
   const KernelSource ir = emit_cuda(TransposeKernel{4});
   KernelSource ptx{ir.name, ir.entry, llvm_backend::ptx(*ir.ir, "sm_90a"), {}, SourceLanguage::ptx};
-  const runtime::CompiledKernel c = jit.compile(ptx);
+  const runtime::CompiledKernel c = nvrtc.compile(ptx);
   EXPECT_FALSE(c.cubin.empty());
   EXPECT_EQ(c.compiler, runtime::ptx_compiler_version());
   ptx.name = "broken_ptx";
   ptx.source =
       ".version 8.0\n.target sm_90a\n.address_size 64\n.visible .entry broken_ptx() { bogus; }\n";
   try {
-    (void)jit.compile(ptx);
+    (void)nvrtc.compile(ptx);
     FAIL() << "bad PTX assembled";
   } catch (const std::runtime_error& e) {
     EXPECT_TRUE(contains(e.what(), "broken_ptx")) << e.what();

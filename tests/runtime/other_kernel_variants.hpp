@@ -1,6 +1,9 @@
-// The transpose, permute and scale-update kernel variants the tests cover.
+// The transpose, permute and scale-update kernel variants the tests cover,
+// and the amaxes the scale-update tests feed them.
 #pragma once
 
+#include <bit>
+#include <limits>
 #include <vector>
 
 #include "codegen/lower/lowered.hpp"
@@ -17,6 +20,28 @@ inline std::vector<ScaleUpdateKernel> scale_update_variants() {
   all.push_back({{ElemType::e5m2}, 1024, 100, AmaxAlgo::max});
   all.push_back({{ElemType::e4m3}, 513, -100, AmaxAlgo::max});
   return all;
+}
+
+// Amaxes that exercise every guard: NaN (two payloads), +-Inf, +-0, negative,
+// subnormal, tiny enough that the quotient overflows, huge, ordinary.
+inline std::vector<float> special_amaxes() {
+  const float inf = std::numeric_limits<float>::infinity();
+  return {std::bit_cast<float>(0x7FC00000u),
+          std::bit_cast<float>(0xFFFFFFFFu),
+          inf,
+          -inf,
+          0.0f,
+          -0.0f,
+          -3.5f,
+          std::bit_cast<float>(0x00000001u),
+          std::bit_cast<float>(0x007FFFFFu),
+          1e-37f,
+          std::numeric_limits<float>::max(),
+          1.0f,
+          3.14159f,
+          448.0f,
+          57344.0f,
+          0.1f};
 }
 
 inline std::vector<GeneratedKernel> other_kernel_variants() {

@@ -266,28 +266,6 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PermuteGpu,
                                   backend_name(std::get<1>(info.param));
                          });
 
-// Amaxes that exercise every guard: NaN (two payloads), +-Inf, +-0, negative,
-// subnormal, tiny enough that the quotient overflows, huge, ordinary.
-std::vector<float> special_amaxes() {
-  const float inf = std::numeric_limits<float>::infinity();
-  return {std::bit_cast<float>(0x7FC00000u),
-          std::bit_cast<float>(0xFFFFFFFFu),
-          inf,
-          -inf,
-          0.0f,
-          -0.0f,
-          -3.5f,
-          std::bit_cast<float>(0x00000001u),
-          std::bit_cast<float>(0x007FFFFFu),
-          1e-37f,
-          std::numeric_limits<float>::max(),
-          1.0f,
-          3.14159f,
-          448.0f,
-          57344.0f,
-          0.1f};
-}
-
 class ScaleUpdateGpu
     : public ::testing::TestWithParam<std::tuple<ScaleUpdateKernel, KernelBackend>> {};
 
@@ -301,7 +279,7 @@ TEST_P(ScaleUpdateGpu, MatchesNumericsBitForBitOverSeveralSteps) {
   const std::size_t n = k.formats.size(), len = k.history_length;
   std::mt19937 rng(len * 7 + static_cast<unsigned>(k.margin + 1000));
   std::lognormal_distribution<float> magnitude(0.0f, 8.0f);
-  const auto specials = special_amaxes();
+  const auto specials = testing::special_amaxes();
   ScaleUpdateState state;
   state.history.resize(n * len);
   for (std::size_t i = 0; i < state.history.size(); ++i) {

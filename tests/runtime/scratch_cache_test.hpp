@@ -21,8 +21,9 @@ class ScratchCacheTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
-  runtime::Jit jit(const std::string& arch = "sm_90a") const {
-    return runtime::Jit(arch, runtime::CubinCache(dir_.string()));
+  runtime::Jit jit(const std::string& arch = "sm_90a",
+                   KernelBackend backend = KernelBackend::nvrtc) const {
+    return runtime::Jit(arch, runtime::CubinCache(dir_.string()), backend);
   }
 
   std::filesystem::path dir_;

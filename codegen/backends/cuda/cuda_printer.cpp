@@ -20,26 +20,19 @@ using ir::Type;
   throw std::invalid_argument("CUDA printer: " + what);
 }
 
+// The IR's own names, which the source's typedefs define (one word each, so
+// that `i64(x)` is a valid functional cast), except where C++ has the type.
 std::string scalar_type(Scalar s) {
   switch (s) {
     case Scalar::pred:
       return "bool";
-    case Scalar::u8:
-      return "u8";
-    case Scalar::u16:
-      return "u16";
-    case Scalar::u32:
-      return "u32";
     case Scalar::i32:
       return "int";
-    case Scalar::u64:
-      return "u64";
-    case Scalar::i64:
-      return "i64";  // a one-word name, so `i64(x)` is a valid functional cast
     case Scalar::f32:
       return "float";
+    default:
+      return ir::to_string(Type{s});
   }
-  return "?";
 }
 
 std::string value_type(const Type& t) {
