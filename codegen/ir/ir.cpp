@@ -265,6 +265,14 @@ Expr intrinsic(Op op, const std::vector<Expr>& args) {
       return want("f32_to_f16", {kF32}, kU16);
     case Op::f32_to_bf16:
       return want("f32_to_bf16", {kF32}, kU16);
+    case Op::pack_bf16x2:
+      return want("pack_bf16x2", {kF32, kF32}, kU32);
+    case Op::pack_f16x2:
+      return want("pack_f16x2", {kF32, kF32}, kU32);
+    case Op::unpack_e4m3x2:
+      return want("unpack_e4m3x2", {kU16}, kU32);
+    case Op::unpack_e5m2x2:
+      return want("unpack_e5m2x2", {kU16}, kU32);
     case Op::byte_perm:
       return want("byte_perm", {kU32, kU32, kU32}, kU32);
     case Op::clz:

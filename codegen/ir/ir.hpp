@@ -109,11 +109,16 @@ enum class Op : std::uint8_t {
   f16_to_f32,   // f32 from fp16 bits (exact)
   f32_to_f16,   // u16: fp16 bits, nearest even
   f32_to_bf16,  // u16: bf16 bits, nearest even
-  byte_perm,    // u32: prmt.b32 (args: a, b, selector)
-  clz,          // u32 leading zeros of a u32
-  tanh_approx,  // f32 tanh.approx.f32
-  ex2_approx,   // f32 ex2.approx.f32 (2^x)
-  div_approx,   // f32 div.approx.f32 (a / b, fast and approximate)
+  // Two values at once (one instruction for both); lo in the low half:
+  pack_bf16x2,    // u32: two f32 as bf16 bits, nearest even (args: lo, hi)
+  pack_f16x2,     // u32: two f32 as fp16 bits, nearest even (args: lo, hi)
+  unpack_e4m3x2,  // u32: two E4M3 codes (u16, low byte first) as fp16 bits, exactly
+  unpack_e5m2x2,  // u32: the E5M2 form
+  byte_perm,      // u32: prmt.b32 (args: a, b, selector)
+  clz,            // u32 leading zeros of a u32
+  tanh_approx,    // f32 tanh.approx.f32
+  ex2_approx,     // f32 ex2.approx.f32 (2^x)
+  div_approx,     // f32 div.approx.f32 (a / b, fast and approximate)
 };
 
 // The operation's name in the text form (and in the constructors' errors): "add", "pack_e4m3x2".

@@ -73,6 +73,14 @@ const char* op_name(Op op) {
       return "f32_to_f16";
     case Op::f32_to_bf16:
       return "f32_to_bf16";
+    case Op::pack_bf16x2:
+      return "pack_bf16x2";
+    case Op::pack_f16x2:
+      return "pack_f16x2";
+    case Op::unpack_e4m3x2:
+      return "unpack_e4m3x2";
+    case Op::unpack_e5m2x2:
+      return "unpack_e5m2x2";
     case Op::byte_perm:
       return "byte_perm";
     case Op::clz:

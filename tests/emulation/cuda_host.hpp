@@ -111,6 +111,20 @@ inline void host_check_aligned(const void* p, std::uintptr_t bytes) {
 inline float host_fp16_to_float(std::uint16_t h) {
   return numerics::fp16_to_float(h);
 }
+inline std::uint16_t host_float_to_fp16(float f) {
+  return numerics::float_to_fp16(f);
+}
+inline std::uint16_t host_float_to_bf16(float f) {
+  return numerics::float_to_bf16(f);
+}
+// cvt.rn.f16x2.{e4m3x2,e5m2x2}, exact (numerics::fp8_to_half_bits).
+inline unsigned host_unpack_fp8x2(std::uint16_t codes, ElemType f) {
+  const auto half = [&](std::uint8_t code) {
+    return static_cast<unsigned>(numerics::fp8_to_half_bits(code, f));
+  };
+  return half(static_cast<std::uint8_t>(codes)) |
+         (half(static_cast<std::uint8_t>(codes >> 8)) << 16);
+}
 
 // ---- The block of fibers.
 

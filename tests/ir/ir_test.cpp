@@ -12,6 +12,7 @@
 #include "codegen/ir/builder.hpp"
 #include "codegen/kernels/transpose.hpp"
 #include "runtime/jit.hpp"
+#include "tests/ir/every_intrinsic_kernel.hpp"
 
 namespace fp8c::ir {
 namespace {
@@ -151,6 +152,25 @@ TEST(KernelIr, CudaPrintOfEveryStatementKindCompiles) {
   EXPECT_GT(c.registers, 0);
   EXPECT_EQ(c.spill_stores + c.spill_loads, 0);
   EXPECT_EQ(c.compiler.rfind("nvrtc ", 0), 0u) << c.compiler;
+  std::filesystem::remove_all(dir);
+}
+
+// Every intrinsic's CUDA print compiles with NVRTC for sm_90a, and each
+// PTX-only one is the instruction it names.
+TEST(KernelIr, CudaPrintOfEveryIntrinsicCompiles) {
+  const Kernel kernel = testing::every_intrinsic_kernel();
+  const std::string source = cuda::print(kernel);
+  for (const char* instruction :
+       {"cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.satfinite.e5m2x2.f32", "cvt.rn.f16x2.e4m3x2",
+        "cvt.rn.f16x2.e5m2x2", "cvt.rn.bf16x2.f32", "cvt.rn.f16x2.f32", "cvt.rn.bf16.f32",
+        "cvt.rn.f16.f32", "cvt.f32.f16", "tanh.approx.f32", "ex2.approx.f32", "div.approx.f32"})
+    EXPECT_TRUE(contains(source, instruction)) << instruction;
+  const auto dir = std::filesystem::temp_directory_path() / "fp8c-ir-intrinsics-compile-test";
+  std::filesystem::remove_all(dir);
+  const runtime::Jit jit("sm_90a", runtime::CubinCache(dir.string()));
+  const runtime::CompiledKernel c = jit.compile(KernelSource{kernel.name, kernel.name, source, {}});
+  EXPECT_FALSE(c.cubin.empty());
+  EXPECT_EQ(c.spill_stores + c.spill_loads, 0);
   std::filesystem::remove_all(dir);
 }
 

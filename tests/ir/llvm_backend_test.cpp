@@ -18,6 +18,7 @@
 #include "fp8c/dsl.hpp"
 #include "runtime/jit.hpp"
 #include "runtime/ptx_compiler.hpp"
+#include "tests/ir/every_intrinsic_kernel.hpp"
 #include "tests/llvm_module.hpp"
 #include "tests/runtime/scratch_cache_test.hpp"
 #include "tests/test_paths.hpp"
@@ -124,6 +125,24 @@ TEST(LlvmBackend, ScaleUpdateDividesWithIeeeDivisionOnly) {
   EXPECT_TRUE(contains(ptx, "div.rn.f32")) << ptx;
   for (const char* approximate : {"div.approx", "div.full", "rcp.approx", ".ftz"})
     EXPECT_FALSE(contains(ptx, approximate)) << approximate << "\n" << ptx;
+}
+
+// Every intrinsic of the IR lowers (NVVM intrinsic or inline PTX), verifies
+// and assembles; the PTX-only ones are the instructions the CUDA print uses.
+TEST(LlvmBackend, EveryIntrinsicLowersToItsInstruction) {
+  REQUIRE_LLVM();
+  const ir::Kernel kernel = ir::testing::every_intrinsic_kernel();
+  const std::string ptx = llvm_backend::ptx(kernel, "sm_90a");
+  for (const char* instruction :
+       {"cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.satfinite.e5m2x2.f32", "cvt.rn.f16x2.e4m3x2",
+        "cvt.rn.f16x2.e5m2x2", "cvt.rn.bf16x2.f32", "cvt.rn.f16x2.f32", "cvt.rn.bf16.f32",
+        "cvt.rn.f16.f32", "cvt.f32.f16", "tanh.approx.f32", "ex2.approx.f32", "div.approx.f32",
+        "prmt.b32", "clz.b32", "shfl.sync.bfly.b32", "fma.rn.f32"})
+    EXPECT_TRUE(contains(ptx, instruction)) << instruction << "\n" << ptx;
+  const runtime::NvrtcOutput c =
+      runtime::compile_ptx_to_cubin(ptx, "every_intrinsic.ptx", kernel.name, "sm_90a");
+  EXPECT_FALSE(c.cubin.empty());
+  EXPECT_EQ(c.spill_stores + c.spill_loads, 0) << c.log;
 }
 
 TEST(LlvmBackend, AnArchitectureLlvmDoesNotKnowIsAnError) {

@@ -198,6 +198,42 @@ Helper helper(Op op) {
 }
 )",
               "inline u16 ir_f32_to_bf16(float f) { return host_float_to_bf16(f); }\n"};
+    case Op::pack_bf16x2:
+      return {R"(__device__ __forceinline__ u32 ir_pack_bf16x2(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+)",
+              "inline u32 ir_pack_bf16x2(float lo, float hi) { return host_float_to_bf16(lo) | "
+              "(u32(host_float_to_bf16(hi)) << 16); }\n"};
+    case Op::pack_f16x2:
+      return {R"(__device__ __forceinline__ u32 ir_pack_f16x2(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+)",
+              "inline u32 ir_pack_f16x2(float lo, float hi) { return host_float_to_fp16(lo) | "
+              "(u32(host_float_to_fp16(hi)) << 16); }\n"};
+    case Op::unpack_e4m3x2:
+      return {R"(__device__ __forceinline__ u32 ir_unpack_e4m3x2(u16 codes) {
+  u32 r;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(codes));
+  return r;
+}
+)",
+              "inline u32 ir_unpack_e4m3x2(u16 codes) { return host_unpack_fp8x2(codes, "
+              "ElemType::e4m3); }\n"};
+    case Op::unpack_e5m2x2:
+      return {R"(__device__ __forceinline__ u32 ir_unpack_e5m2x2(u16 codes) {
+  u32 r;
+  asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(r) : "h"(codes));
+  return r;
+}
+)",
+              "inline u32 ir_unpack_e5m2x2(u16 codes) { return host_unpack_fp8x2(codes, "
+              "ElemType::e5m2); }\n"};
     case Op::tanh_approx:
       return {R"(__device__ __forceinline__ float ir_tanh_approx(float x) {
   float y;
@@ -334,6 +370,10 @@ class Printer {
       case Op::f16_to_f32:
       case Op::f32_to_f16:
       case Op::f32_to_bf16:
+      case Op::pack_bf16x2:
+      case Op::pack_f16x2:
+      case Op::unpack_e4m3x2:
+      case Op::unpack_e5m2x2:
       case Op::tanh_approx:
       case Op::ex2_approx:
       case Op::div_approx: {
@@ -481,6 +521,14 @@ class Printer {
         return "f32_to_f16";
       case Op::f32_to_bf16:
         return "f32_to_bf16";
+      case Op::pack_bf16x2:
+        return "pack_bf16x2";
+      case Op::pack_f16x2:
+        return "pack_f16x2";
+      case Op::unpack_e4m3x2:
+        return "unpack_e4m3x2";
+      case Op::unpack_e5m2x2:
+        return "unpack_e5m2x2";
       case Op::tanh_approx:
         return "tanh_approx";
       case Op::ex2_approx:

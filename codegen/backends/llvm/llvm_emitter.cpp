@@ -251,6 +251,19 @@ class Emitter {
         return inline_asm(b_.getInt16Ty(), "cvt.rn.f16.f32 $0, $1;", "=h,f", {expr(n.args[0])});
       case ir::Op::f32_to_bf16:
         return inline_asm(b_.getInt16Ty(), "cvt.rn.bf16.f32 $0, $1;", "=h,f", {expr(n.args[0])});
+      case ir::Op::pack_bf16x2:
+      case ir::Op::pack_f16x2:
+        // (hi, lo), as the CUDA printer: the first source goes to the high half.
+        return inline_asm(b_.getInt32Ty(),
+                          n.op == ir::Op::pack_bf16x2 ? "cvt.rn.bf16x2.f32 $0, $1, $2;"
+                                                      : "cvt.rn.f16x2.f32 $0, $1, $2;",
+                          "=r,f,f", {expr(n.args[1]), expr(n.args[0])});
+      case ir::Op::unpack_e4m3x2:
+      case ir::Op::unpack_e5m2x2:
+        return inline_asm(b_.getInt32Ty(),
+                          n.op == ir::Op::unpack_e4m3x2 ? "cvt.rn.f16x2.e4m3x2 $0, $1;"
+                                                        : "cvt.rn.f16x2.e5m2x2 $0, $1;",
+                          "=r,h", {expr(n.args[0])});
       case ir::Op::byte_perm:
         return inline_asm(b_.getInt32Ty(), "prmt.b32 $0, $1, $2, $3;", "=r,r,r,r",
                           {expr(n.args[0]), expr(n.args[1]), expr(n.args[2])});
