@@ -12,7 +12,8 @@
 # FP8C_SKIP_TESTS=1).
 # Writes $OUT/gpu_run.tgz (or ./gpu-out/) holding tests.log, executor_tests.log,
 # host_example.log, quantize_fp8c.json, quantize_peers.json, quantize.json,
-# layer_fp8c.json, layer_peers.json, layer.json, accumulate.json, chain.json, block_steps.json,
+# layer_fp8c.json, layer_peers.json, layer.json, kernel_backends.json (quantize_bench under
+# both kernel backends and before the kinds were IR), accumulate.json, chain.json, block_steps.json,
 # gemm.json (the records for bench/results/), and repeats.log (50 repeats of the step-runtime tests).
 set -uo pipefail
 build=${1:-build}
@@ -27,7 +28,7 @@ rm -rf "$out"
 mkdir -p "$out"
 pack() {
   tar -czf "$final/gpu_run.tgz" -C "$out" .
-  for record in layer.json quantize.json block_steps.json gemm.json chain.json accumulate.json; do
+  for record in layer.json quantize.json kernel_backends.json block_steps.json gemm.json chain.json accumulate.json; do
     [ -f "$out/$record" ] && cp "$out/$record" "$final/"
   done
   rm -rf "$out"
@@ -73,7 +74,7 @@ export FP8C_CACHE_DIR=${FP8C_CACHE_DIR:-$(mktemp -d)}
 # misaligned pointers, rank reductions, a block quantize fusing dact, the generated GEMM
 # block-scaled with padded scale rows and with its fused FP8 output and amax), alongside the
 # test shards: correctness does not mind the shared GPU (under 4 minutes on the H200).
-sanitized='AllVariants/QuantizeGpu.MatchesTheCpuReference/*bf16*:AllVariants/BlockQuantizeGpu.MisalignedPointers/*:Shapes/TransposeGpu.*:Shapes/TransposeWordsGpu.*:Variants/BlockQuantizeDactGpu.*b1x128*dsilu*:Shapes/PermuteGpu.*:Variants/ScaleUpdateGpu.*:Backends/ScaleUpdateGuardGpu.*:AllVariants/EpilogueGpu.ScalarPathOnMisalignedPointers/*bf16*:AllVariants/DequantizeGpu.ElementWisePathsOnMisalignedPointers/*:RankReduce*Gpu*:GeneratedGemmGpu.BlockScaledPaddedScaleRows:GeneratedGemmGpu.Fp8OutputSaturatesAndReportsAmax'
+sanitized='AllVariants/QuantizeGpu.MatchesTheCpuReference/*bf16*_nvrtc:AllVariants/QuantizeGpu.MatchesTheCpuReference/quantize_bf16_e*_r_c_amax_llvm:AllVariants/QuantizeGpu.MatchesTheCpuReference/quantize_bf16_e5m2_r_c_amax_dbias_drelu_llvm:AllVariants/BlockQuantizeGpu.MisalignedPointers/*:Shapes/TransposeGpu.*:Shapes/TransposeWordsGpu.*:Variants/BlockQuantizeDactGpu.*b1x128*dsilu*:Shapes/PermuteGpu.*:Variants/ScaleUpdateGpu.*:Backends/ScaleUpdateGuardGpu.*:AllVariants/EpilogueGpu.ScalarPathOnMisalignedPointers/*bf16*:AllVariants/DequantizeGpu.ElementWisePathsOnMisalignedPointers/*:RankReduce*Gpu*:GeneratedGemmGpu.BlockScaledPaddedScaleRows:GeneratedGemmGpu.Fp8OutputSaturatesAndReportsAmax'
 sanitized="$sanitized:GemmWorkspacePoolGpu.*"
 # ... and the step runtime's graphs and weight cache through the executor and Session (one
 # small layer each: the sanitizers run every kernel of the pass they capture and replay).
@@ -173,6 +174,19 @@ fi
 
 echo "== benchmarks"
 timeout 150 "$build/bench/quantize_bench" --json "$out/quantize_fp8c.json"
+# The kernels built as kernel IR through the LLVM backend, and (where the bundle carries one) the
+# quantize_bench of the commit before the kinds became IR, set beside the NVRTC run above.
+if [ "${FP8C_SKIP_BACKENDS:-0}" != 1 ]; then
+  timeout 150 "$build/bench/quantize_bench" --backend llvm --json "$out/quantize_llvm.json"
+  before=-
+  if [ -x "$build/bench/quantize_bench_before" ]; then
+    timeout 150 "$build/bench/quantize_bench_before" --json "$out/quantize_before.json" > /dev/null &&
+      before="$out/quantize_before.json"
+  fi
+  python3 bench/merge_backend_results.py "$out/quantize_fp8c.json" "$out/quantize_llvm.json" "$before" \
+    "$commit" "$(cat "$build/bench/quantize_bench_before.commit" 2>/dev/null || echo none)" \
+    "$out/kernel_backends.json"
+fi
 if [ "${FP8C_PROFILE:-0}" = 1 ]; then
   for case in delayed_cast_transpose_amax; do
     ncu --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \

@@ -4,6 +4,7 @@
 // events, three input buffers rotated so no run reads from L2.
 //
 //   build/bench/quantize_bench [--rows R] [--cols C] [--iters N] [--json FILE] [--only CASE]
+//                              [--backend nvrtc|llvm]
 //
 // Cases (bf16 input, the issue's shapes by default 16384 x 8192):
 //   delayed_cast_transpose_amax     rowwise + columnwise E4M3 + amax
@@ -13,7 +14,9 @@
 //   blockwise_1x128_row_col, blockwise_128x128_row_col, mxfp8_1x32_row_col
 //                                   block-scaled E4M3, rowwise + columnwise
 //   fp8_transpose, fp8_permute_8_ranks  byte movers on rows x cols bytes
-//   fp8_transpose_llvm, fp8_permute_8_ranks_llvm   the same, built by the LLVM backend
+// --backend llvm builds every kernel kind built as kernel IR through the LLVM
+// backend instead of NVRTC (the JSON says which); bench/gpu.sh runs both and
+// bench/merge_backend_results.py sets them side by side.
 // Effective bandwidth counts 2 bytes read and 2 written per element (the
 // issue's convention); `actual_bytes` also counts the pre-activation read and
 // current scaling's second read.
@@ -72,6 +75,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   int rows = 16384, cols = 8192, iters = 100;
   std::string json, only;
+  KernelBackend backend = KernelBackend::nvrtc;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--rows" && i + 1 < argc)
@@ -84,16 +88,25 @@ int main(int argc, char** argv) {
       json = argv[++i];
     else if (a == "--only" && i + 1 < argc)
       only = argv[++i];
+    else if (a == "--backend" && i + 1 < argc &&
+             (std::string(argv[i + 1]) == "nvrtc" || std::string(argv[i + 1]) == "llvm"))
+      backend = std::string(argv[++i]) == "llvm" ? KernelBackend::llvm : KernelBackend::nvrtc;
     else {
       std::cerr << "usage: quantize_bench [--rows R] [--cols C] [--iters N] [--json FILE] "
-                   "[--only CASE]\n";
+                   "[--only CASE] [--backend nvrtc|llvm]\n";
       return 2;
     }
   }
   try {
     Device device(0);
-    const auto cache_dir = std::filesystem::temp_directory_path() / "fp8c-bench-cache";
-    const Jit jit(device.arch(), CubinCache(cache_dir.string()));
+    if (backend == KernelBackend::llvm && !llvm_backend::available()) {
+      std::cerr << "quantize_bench: no LLVM backend: " << llvm_backend::unavailable_reason()
+                << "\n";
+      return 1;
+    }
+    const auto cache_dir = std::filesystem::temp_directory_path() / "fp8c-bench-cache" /
+                           (backend == KernelBackend::llvm ? "llvm" : "nvrtc");
+    const Jit jit(device.arch(), CubinCache(cache_dir.string()), backend);
     const std::size_t n = static_cast<std::size_t>(rows) * cols;
     const int tiles = QuantizeLauncher::tiles(rows);
 
@@ -206,17 +219,9 @@ int main(int argc, char** argv) {
     QuantizeKernel delayed;
     delayed.rowwise = delayed.columnwise = delayed.amax = true;
     time_case("delayed_cast_transpose_amax", {delayed}, 4);
-    for (int group : {8, 32, 128}) {  // 128 row tiles: a column band at a time at 16384 rows
-      QuantizeKernel grouped = delayed;
-      grouped.row_group = group;
-      time_case("delayed_cast_transpose_amax_row_group_" + std::to_string(group), {grouped}, 4);
-    }
     QuantizeKernel delayed_wide = delayed;
     delayed_wide.wide_column_stores = true;
     time_case("delayed_cast_transpose_amax_wide_column_stores", {delayed_wide}, 4);
-    QuantizeKernel delayed_five = delayed;
-    delayed_five.min_blocks_per_sm = 5;
-    time_case("delayed_cast_transpose_amax_5_blocks_per_sm", {delayed_five}, 4);
     QuantizeKernel with_dbias = delayed;
     with_dbias.format = ElemType::e5m2;
     with_dbias.dbias = true;
@@ -322,20 +327,6 @@ int main(int argc, char** argv) {
           [&](int b) { transpose.launch(xs[b].get(), col.get(), rows, cols, stream.get()); },
           reference_transpose(first_bytes, rows, cols));
     }
-    // The same kernel IR built by the LLVM backend (backend = llvm), where
-    // this build has it: the case the 3% budget against NVRTC's build is held to.
-    if ((only.empty() || only == "fp8_transpose_llvm") && llvm_backend::available()) {
-      const Jit llvm_jit(device.arch(), CubinCache((cache_dir / "llvm").string()),
-                         KernelBackend::llvm);
-      const TransposeLauncher transpose(llvm_jit);
-      time_bytes_case(
-          "fp8_transpose_llvm",
-          [&](int b) { transpose.launch(xs[b].get(), col.get(), rows, cols, stream.get()); },
-          reference_transpose(first_bytes, rows, cols));
-    } else if (only == "fp8_transpose_llvm") {
-      std::cerr << "quantize_bench: no LLVM backend: " << llvm_backend::unavailable_reason()
-                << "\n";
-    }
     if ((only.empty() || only == "fp8_permute_8_ranks") && rows % 8 == 0) {
       // A columnwise [cols][rows] tensor gathered from 8 ranks along rows.
       const PermuteLauncher permute(jit, PermuteKernel{1});
@@ -345,19 +336,9 @@ int main(int argc, char** argv) {
           reference_permute(first_bytes, 1, 8, cols, rows / 8));
     }
 
-    if ((only.empty() || only == "fp8_permute_8_ranks_llvm") && rows % 8 == 0 &&
-        llvm_backend::available()) {
-      const Jit llvm_jit(device.arch(), CubinCache((cache_dir / "llvm").string()),
-                         KernelBackend::llvm);
-      const PermuteLauncher permute(llvm_jit, PermuteKernel{1});
-      time_bytes_case(
-          "fp8_permute_8_ranks_llvm",
-          [&](int b) { permute.launch(xs[b].get(), col.get(), 8, cols, rows / 8, stream.get()); },
-          reference_permute(first_bytes, 1, 8, cols, rows / 8));
-    }
-
     std::cout << "device " << device.name() << " (" << device.arch() << "), " << rows << " x "
-              << cols << " bf16, median of " << iters << " runs\n";
+              << cols << " bf16, median of " << iters << " runs, kernel IR built by "
+              << (backend == KernelBackend::llvm ? "LLVM" : "NVRTC") << "\n";
     std::cout
         << "case                                  median_us  eff_TB/s  actual_TB/s  verified\n";
     for (const auto& r : results) {
@@ -366,7 +347,8 @@ int main(int argc, char** argv) {
     }
     if (!json.empty()) {
       std::ofstream out(json);
-      out << "{\n  \"device\": \"" << device.name() << "\",\n  \"rows\": " << rows
+      out << "{\n  \"device\": \"" << device.name() << "\",\n  \"backend\": \""
+          << (backend == KernelBackend::llvm ? "llvm" : "nvrtc") << "\",\n  \"rows\": " << rows
           << ",\n  \"cols\": " << cols << ",\n  \"iters\": " << iters << ",\n  \"cases\": [\n";
       for (std::size_t i = 0; i < results.size(); ++i) {
         const auto& r = results[i];

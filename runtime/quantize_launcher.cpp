@@ -33,17 +33,8 @@ std::optional<std::string> quantize_alignment_problem(const QuantizeKernel& k,
 LaunchShape quantize_launch_shape(const QuantizeKernel& k, int rows, int cols) {
   const int row_tiles = QuantizeLauncher::tiles(rows), col_tiles = QuantizeLauncher::tiles(cols);
   LaunchShape shape;
-  if (k.row_group > 0) {
-    const long long blocks = static_cast<long long>(col_tiles) * row_tiles;
-    if (blocks > 0x7FFFFFFFLL)
-      throw std::invalid_argument(k.name() + ": " + std::to_string(rows) + " x " +
-                                  std::to_string(cols) +
-                                  " needs more blocks than one grid row holds");
-    shape.grid[0] = static_cast<unsigned>(blocks);
-  } else {
-    shape.grid[0] = static_cast<unsigned>(col_tiles);
-    shape.grid[1] = static_cast<unsigned>(row_tiles);
-  }
+  shape.grid[0] = static_cast<unsigned>(col_tiles);
+  shape.grid[1] = static_cast<unsigned>(row_tiles);
   shape.block[0] = kQuantizeThreads;
   return shape;
 }
@@ -78,7 +69,7 @@ void QuantizeLauncher::launch(const QuantizeArgs& a, CUstream stream) const {
 }
 
 DbiasReduceLauncher::DbiasReduceLauncher(const Jit& jit, ElemType output)
-    : compiled_(jit.compile(emit_cuda_dbias_reduce(output))),
+    : compiled_(jit.compile(emit_cuda(DbiasReduceKernel{output}))),
       module_(compiled_.cubin),
       function_(module_.function(compiled_.entry)) {}
 

@@ -34,9 +34,7 @@ std::optional<std::string> quantize_alignment_problem(const QuantizeKernel& kern
                                                       const QuantizeArgs& args);
 
 // The grid and block `kernel` launches with for a rows x cols tensor (what
-// launch() uses; the CPU emulation runs the same grid). Throws
-// std::invalid_argument when a row_group grid would need more than 2^31 - 1
-// blocks.
+// launch() uses; the CPU emulation runs the same grid).
 LaunchShape quantize_launch_shape(const QuantizeKernel& kernel, int rows, int cols);
 
 class QuantizeLauncher {

@@ -22,6 +22,14 @@ if [ -f "$build/lib/libfp8c_llvm.so" ]; then
   cp "$build/lib/libfp8c_llvm.so" "$out/lib/"
   strip "$out/lib/libfp8c_llvm.so"
 fi
+# A quantize_bench built at an earlier commit (FP8C_BEFORE_BUILD, a build folder of that
+# commit; its commit in FP8C_BEFORE_COMMIT), which bench/gpu.sh times beside this one's: the
+# kernels as they were before a change to them.
+if [ -n "${FP8C_BEFORE_BUILD:-}" ]; then
+  cp "$FP8C_BEFORE_BUILD/bench/quantize_bench" "$out/bench/quantize_bench_before"
+  strip "$out/bench/quantize_bench_before"
+  echo "${FP8C_BEFORE_COMMIT:-unknown}" > "$out/bench/quantize_bench_before.commit"
+fi
 # The peers' cuBLASLt programs (best of the heuristic's top candidates), for
 # bench/gpu.sh's GEMM benchmark, built here with nvcc when the peers' scripts
 # are at hand (PEERS_DIR, default ../shared/peers).

@@ -211,6 +211,11 @@ Expr reinterpret(Expr pointer, Type pointee) {
   return make({Op::reinterpret, to, {std::move(pointer)}});
 }
 
+Expr address(Expr pointer) {
+  if (!pointer.type().is_pointer()) fail("address of " + to_string(pointer.type()));
+  return make({Op::address, kU64, {std::move(pointer)}});
+}
+
 Expr load(Expr pointer) {
   if (!pointer.type().is_pointer()) fail("load from " + to_string(pointer.type()));
   const Type t = pointer.type().pointee();

@@ -99,6 +99,7 @@ enum class Op : std::uint8_t {
   index,        // pointer + args[1] elements of its pointee (same pointer type)
   reinterpret,  // the same address as a pointer to another pointee
   load,         // *pointer (type: the pointee)
+  address,      // u64: a pointer's address (alignment and null checks)
   lane,         // element `lane` of a vector
   make_vector,  // a vector of its args
   // Intrinsics with fixed semantics (ir.cpp documents each constructor).
@@ -173,6 +174,7 @@ Expr bitcast(Expr a, Type to);
 Expr index(Expr pointer, Expr i);  // i: an integer of any width
 Expr reinterpret(Expr pointer, Type pointee);
 Expr load(Expr pointer);
+Expr address(Expr pointer);  // u64
 Expr lane(Expr vector, int k);
 Expr make_vector(const std::vector<Expr>& elements);
 Expr intrinsic(Op op, const std::vector<Expr>& args);

@@ -57,6 +57,8 @@ const char* op_name(Op op) {
       return "index";
     case Op::load:
       return "load";
+    case Op::address:
+      return "address";
     case Op::make_vector:
       return "vector";
     case Op::fma:

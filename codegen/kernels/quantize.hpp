@@ -1,6 +1,6 @@
-// Per-tensor FP8 quantization kernels: what one computes, independent of how
-// it is printed. The CUDA C++ printer (cuda_quantize.cpp) is the first
-// backend; an LLVM NVPTX backend will lower the same descriptions.
+// Per-tensor FP8 quantization kernels: what one computes. quantize_ir.cpp
+// builds each as kernel IR, which both backends (CUDA C++ for NVRTC, LLVM
+// NVPTX) lower.
 //
 // One kernel reads a high-precision [rows, cols] tensor once and, fused as
 // the description asks:
@@ -23,6 +23,7 @@
 
 #include <string>
 
+#include "codegen/ir/ir.hpp"
 #include "codegen/kernels/kernel_source.hpp"
 #include "codegen/plan/plan.hpp"
 #include "fp8c/spec.hpp"
@@ -41,20 +42,6 @@ struct QuantizeKernel {
   // (current scaling) instead of read from a scale buffer (delayed).
   bool scale_from_amax = false;
   bool pow2_scale = false;  // with scale_from_amax: round the scale down to 2^k
-  // Block order. 0: consecutive blocks walk across the columns of one row
-  // band of tiles. N > 0: they walk down a group of N row tiles first, then
-  // across, so the blocks running at once (about 4 per SM) cover a squarer
-  // patch: longer runs of adjacent columnwise output (its rows are the
-  // input's columns) for shorter runs of adjacent input. N >= the row tiles
-  // is a column band at a time. On the H200 none beat 0 (16384x8192:
-  // groups of 8, 32, 128 took 0.6%, 4.5%, 1.5% longer; the old rows-first
-  // order 2.5%).
-  int row_group = 0;
-  // Blocks per SM the compiler must fit (__launch_bounds__'s second
-  // argument; 0: none). 5 caps registers at 51 so five 256-thread blocks
-  // share an SM instead of four (an experiment: ncu saw 61 registers and
-  // 48% occupancy on the cast + transpose).
-  int min_blocks_per_sm = 0;
   // Columnwise output leaves as 16-byte stores (a warp writes four columns'
   // 128-byte segments per store) instead of 4-byte ones (one segment per
   // store), where rows % 16 == 0 and the output is 16-byte aligned; else as
@@ -66,8 +53,11 @@ struct QuantizeKernel {
   bool operator==(const QuantizeKernel&) const = default;
 };
 
-// The tile one thread block handles; launch grid = ceil(cols / kTile) x ceil(rows / kTile),
-// or, with row_group, one dimension of that many blocks.
+// The tile one thread block handles; launch grid = ceil(cols / kTile) x ceil(rows / kTile).
+// (Two experiments left the description once measured on the H200, figures in
+// bench/results/quantize_h200_2026-12-02_row_group.json and README: walking
+// groups of 8-128 row tiles down before across took 0.6-4.5% longer, and
+// capping registers for five blocks per SM instead of four was within noise.)
 inline constexpr int kQuantizeTile = 128;
 inline constexpr int kQuantizeThreads = 256;
 
@@ -76,20 +66,21 @@ inline constexpr int kQuantizeThreads = 256;
 //   uint8* rowwise, uint8* columnwise, unsigned* amax_out (float bits, atomic max),
 //   float* dbias_partial ([ceil(rows / 128)][cols]), float* scale_out (current scaling:
 //   [0] = the scale applied, [4] = its inverse, 16 bytes on), int rows, int cols
+// build_ir throws std::invalid_argument for a description that makes no
+// sense (a non-FP8 format, an input that is not bf16, fp16 or fp32);
+// emit_cuda is its CUDA print.
+ir::Kernel build_ir(const QuantizeKernel& kernel);
 KernelSource emit_cuda(const QuantizeKernel& kernel);
 
 // Adds the dbias tile partials in tile order and stores the sum in `output`
-// (fp32, or bf16 / fp16 rounded once to nearest even): OUT* dbias,
+// (fp32, or bf16 / fp16 rounded once to nearest even). Arguments: OUT* dbias,
 // const float* partial, int tiles, int cols. Grid ceil(cols / 256), block 256.
-KernelSource emit_cuda_dbias_reduce(ElemType output = ElemType::fp32);
-
-// emit_cuda_dbias_reduce's kernel as a description, so it is listed with
-// the others a plan needs.
 struct DbiasReduceKernel {
   ElemType output = ElemType::fp32;
   std::string name() const;
   bool operator==(const DbiasReduceKernel&) const = default;
 };
+ir::Kernel build_ir(const DbiasReduceKernel& kernel);
 KernelSource emit_cuda(const DbiasReduceKernel& kernel);
 
 }  // namespace fp8c

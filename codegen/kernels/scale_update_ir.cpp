@@ -17,6 +17,7 @@
 
 #include "codegen/backends/cuda/cuda_printer.hpp"
 #include "codegen/ir/builder.hpp"
+#include "codegen/kernels/reduce_ir.hpp"
 #include "codegen/kernels/scale_update.hpp"
 #include "codegen/numerics/fp8.hpp"
 
@@ -24,27 +25,6 @@ namespace fp8c {
 namespace {
 
 using namespace ir;
-
-Expr abs_bits(Expr f) {
-  return bitcast(std::move(f), kU32) & u32(0x7FFFFFFF);
-}
-
-// The max of every thread's v, in thread 0 (the other threads get partial maxima).
-Expr block_max_to_thread0(Builder& b, Var v, Expr reduce) {
-  for (int o = 16; o > 0; o >>= 1)
-    b.assign(v, max(Expr(v), intrinsic(Op::shfl_xor, {Expr(v), i32(o)})));
-  Expr t = special(Special::tid_x);
-  Expr lane = b.let("lane", t & 31), warp = b.let("warp", t >> 5);
-  b.if_(lane == 0, [&] { b.store(reduce + warp, Expr(v)); });
-  b.sync_threads();
-  b.if_(warp == 0, [&] {
-    b.assign(v, u32(0));
-    b.if_(lane < kScaleUpdateThreads / 32, [&] { b.assign(v, load(reduce + lane)); });
-    for (int o = 16; o > 0; o >>= 1)
-      b.assign(v, max(Expr(v), intrinsic(Op::shfl_xor, {Expr(v), i32(o)})));
-  });
-  return v;
-}
 
 Kernel scale_update(const ScaleUpdateKernel& k) {
   Builder b(k.name(), kScaleUpdateThreads);
@@ -92,9 +72,11 @@ Kernel scale_update(const ScaleUpdateKernel& k) {
     b.assign(amax_bits, max(Expr(amax_bits), abs_bits(newest)));
   });
   // Rule most_recent: the newest amax as it is (a negative one keeps the previous scale).
-  Expr amax = k.rule == AmaxAlgo::max
-                  ? b.let("amax", bitcast(block_max_to_thread0(b, amax_bits, reduce), kF32))
-                  : newest;
+  Expr amax = newest;
+  if (k.rule == AmaxAlgo::max) {
+    block_max_to_thread0(b, amax_bits, reduce, kScaleUpdateThreads);
+    amax = b.let("amax", bitcast(amax_bits, kF32));
+  }
   b.if_(t == 0, [&] {
     // fp8_max * 2^-margin of this block's tensor.
     Expr scaled_max = f32(std::ldexp(numerics::fp8_max(k.formats.back()), -k.margin));

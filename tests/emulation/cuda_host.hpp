@@ -47,6 +47,9 @@ struct alignas(16) uint4 {
 struct alignas(16) float4 {
   float x, y, z, w;
 };
+inline uint2 make_uint2(unsigned x, unsigned y) {
+  return {x, y};
+}
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
   return {x, y, z, w};
 }

@@ -148,16 +148,24 @@ std::string block_quantize_kernels() {
   return out.str();
 }
 
+// The per-tensor quantize kernels, printed for the host from their IR; the
+// 16-byte streaming store's twin also counts itself (host_wide_stores), so
+// the tests see which column store path ran.
 std::string quantize_kernels() {
   std::ostringstream out, table;
   const auto variants = fp8c::emulation::emulated_quantize_variants();
   for (std::size_t i = 0; i < variants.size(); ++i) {
-    const fp8c::KernelSource k = fp8c::emit_cuda(variants[i]);
+    fp8c::KernelSource k = fp8c::emit_cuda(variants[i]);
+    k.source = fp8c::cuda::print(*k.ir, true);
+    replace_body(k.source, "inline void ir_store_cs(uint4* p, uint4 v) {",
+                 "host_check_aligned(p, 16); *p = v; ++host_wide_stores;");
     const std::string ns = std::string("q").append(std::to_string(i));
     emit(out, k, ns);
+    const std::string in =
+        variants[i].input == fp8c::ElemType::fp32 ? std::string("float") : ns + "::u16";
     table << "    {\"" << k.entry << "\", [](const QuantizeCall& a) { " << ns << "::" << k.entry
-          << "(static_cast<const " << ns << "::in_t*>(a.x), static_cast<const " << ns
-          << "::in_t*>(a.pre), a.scale, a.amax_in, a.rowwise, a.columnwise, a.amax_out, "
+          << "(static_cast<const " << in << "*>(a.x), static_cast<const " << in
+          << "*>(a.pre), a.scale, a.amax_in, a.rowwise, a.columnwise, a.amax_out, "
           << "a.dbias_partial, a.scale_out, a.rows, a.cols); }, " << ns << "::poison_shared},\n";
   }
   out << "struct EmulatedQuantizeKernel {\n  const char* name;\n"

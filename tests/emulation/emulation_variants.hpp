@@ -71,12 +71,6 @@ inline std::vector<QuantizeKernel> emulated_quantize_variants() {
       k.dact = act;
       all.push_back(k);
     }
-  QuantizeKernel grouped;
-  grouped.columnwise = grouped.amax = grouped.dbias = true;
-  for (int group : {1, 3, 64}) {  // 64: more than the row tiles of every case
-    grouped.row_group = group;
-    all.push_back(grouped);
-  }
   for (ElemType input : {ElemType::bf16, ElemType::fp16, ElemType::fp32}) {
     QuantizeKernel wide;
     wide.input = input;
@@ -88,10 +82,6 @@ inline std::vector<QuantizeKernel> emulated_quantize_variants() {
     wide.wide_column_stores = true;
     all.push_back(wide);
   }
-  QuantizeKernel five;
-  five.columnwise = five.amax = true;
-  five.min_blocks_per_sm = 5;
-  all.push_back(five);
   return all;
 }
 

@@ -1,10 +1,11 @@
-// The generated per-tensor quantize kernels, their own CUDA source run on the
-// CPU (cuda_host.hpp), against the CPU reference: casts, transposes, amax and
-// the current-scaling scale and inverse bit for bit, dbias partials (summed in
-// tile order, as the reduce kernel does) within 1e-5 of the column's
-// magnitude. Shapes on both sides of the fast path's boundaries, NaN/Inf
-// inputs, threads in several orders, the grouped block order. The conversion
-// instructions themselves are the GPU tests' to check.
+// The per-tensor quantize kernels, their kernel IR printed for the host
+// (codegen/backends/cuda) and run on the CPU (cuda_host.hpp), against the CPU
+// reference: casts, transposes, amax and the current-scaling scale and
+// inverse bit for bit, dbias partials (summed in tile order, as the reduce
+// kernel does) within 1e-5 of the column's magnitude. Shapes on both sides of
+// the fast path's boundaries, NaN/Inf inputs, threads in several orders, the
+// 16-byte column stores. The conversion instructions themselves are the GPU
+// tests' to check.
 
 #include <gtest/gtest.h>
 

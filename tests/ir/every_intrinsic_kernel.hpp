@@ -1,7 +1,7 @@
 // A kernel that uses every intrinsic of the kernel IR once (codegen/ir/ir.hpp),
-// so each backend's lowering of each is compiled by the tests: the CUDA print
-// by NVRTC (ir_test.cpp), the LLVM build to PTX assembled by ptxas
-// (llvm_backend_test.cpp).
+// and a pointer's address, so each backend's lowering of each is compiled by
+// the tests: the CUDA print by NVRTC (ir_test.cpp), the LLVM build to PTX
+// assembled by ptxas (llvm_backend_test.cpp).
 #pragma once
 
 #include "codegen/ir/builder.hpp"
@@ -28,7 +28,9 @@ inline Kernel every_intrinsic_kernel() {
                          intrinsic(Op::pack_f16x2, {y, approx}));
   Expr mixed = b.let("mixed", intrinsic(Op::byte_perm, {words, convert(bf, kU32), u32(0x5140)}) +
                                   intrinsic(Op::clz, {words}));
-  b.store(index(out, i), intrinsic(Op::shfl_xor, {mixed, i32(1)}));
+  // A pointer's address (not an intrinsic, but lowered by each backend on its own).
+  Expr offset = b.let("offset", convert(address(in) & constant(kU64, 15), kU32));
+  b.store(index(out, i), intrinsic(Op::shfl_xor, {mixed + offset, i32(1)}));
   return b.finish();
 }
 

@@ -25,7 +25,7 @@ TEST(KernelCompile, EveryQuantizeVariantCompilesWithoutSpills) {
     EXPECT_EQ(sources.back().source.find("#include"), std::string::npos)
         << k.name() << " must be self-contained";
   }
-  sources.push_back(emit_cuda_dbias_reduce());
+  sources.push_back(emit_cuda(DbiasReduceKernel{}));
   auto blocks = testing::block_quantize_variants();
   for (const auto& k : testing::block_quantize_dact_variants()) blocks.push_back(k);
   for (const auto& k : blocks) {

@@ -34,28 +34,6 @@ inline std::vector<QuantizeKernel> quantize_variants() {
     k.dact = act;
     all.push_back(k);
   }
-  // The five-blocks-per-SM experiment (no faster on the H200, 146.7 vs
-  // 145.5 us): must stay bit-exact and spill-free. With dbias it spills
-  // under the H200's ptxas (108 bytes), so only the plain cast + transpose.
-  {
-    QuantizeKernel k;
-    k.columnwise = true;
-    k.amax = true;
-    k.min_blocks_per_sm = 5;
-    all.push_back(k);
-  }
-  // Grouped block order: groups of 3 row tiles leave a shorter last group at
-  // most shapes (1000 rows: 3 + 3 + 2), and dbias checks that each block
-  // writes its own tile's partials.
-  {
-    QuantizeKernel k;
-    k.format = ElemType::e5m2;
-    k.columnwise = true;
-    k.amax = true;
-    k.dbias = true;
-    k.row_group = 3;
-    all.push_back(k);
-  }
   // 16-byte columnwise stores, alone and with dbias.
   for (bool dbias : {false, true}) {
     QuantizeKernel k;

@@ -346,6 +346,8 @@ class Printer {
         return "(" + expr(n.args[0]) + " + " + expr(n.args[1]) + ")";
       case Op::reinterpret:
         return "reinterpret_cast<" + pointer_type(n.type) + ">(" + expr(n.args[0]) + ")";
+      case Op::address:
+        return "reinterpret_cast<u64>(" + expr(n.args[0]) + ")";
       case Op::load:
         return "(*" + expr(n.args[0]) + ")";
       case Op::lane:

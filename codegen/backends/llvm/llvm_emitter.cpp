@@ -223,6 +223,8 @@ class Emitter {
           l->setMetadata(llvm::LLVMContext::MD_invariant_load, llvm::MDNode::get(ctx_, {}));
         return l;
       }
+      case ir::Op::address:
+        return b_.CreatePtrToInt(expr(n.args[0]), b_.getInt64Ty());
       case ir::Op::lane:
         return b_.CreateExtractElement(expr(n.args[0]), static_cast<std::uint64_t>(n.lane));
       case ir::Op::make_vector: {
