@@ -14,6 +14,10 @@
 //   blockwise_1x128_row_col, blockwise_128x128_row_col, mxfp8_1x32_row_col
 //                                   block-scaled E4M3, rowwise + columnwise
 //   fp8_transpose, fp8_permute_8_ranks  byte movers on rows x cols bytes
+//   dequantize_e4m3_to_bf16(_t)     FP8 codes (the inputs' first rows x cols bytes) to bf16,
+//                                   rowwise or transposed (columnwise data), per-tensor scale
+//   epilogue_bias_gelu_store_pre    y = GELU(x + bias) and z = x + bias, bf16 (forward)
+//   epilogue_dgelu_dbias            v = dy * GELU'(z) and the dbias partials (backward)
 // --backend llvm builds every kernel kind built as kernel IR through the LLVM
 // backend instead of NVRTC (the JSON says which); bench/gpu.sh runs both and
 // bench/merge_backend_results.py sets them side by side.
@@ -35,9 +39,14 @@
 #include "codegen/backends/llvm/llvm_backend.hpp"
 #include "codegen/numerics/half.hpp"
 #include "runtime/block_quantize_launcher.hpp"
+#include "runtime/dequantize_launcher.hpp"
+#include "runtime/epilogue_launcher.hpp"
 #include "runtime/kernel_launchers.hpp"
 #include "runtime/quantize_launcher.hpp"
+#include "runtime/reference/activation_bound.hpp"
 #include "runtime/reference/block_quantize_reference.hpp"
+#include "runtime/reference/dequantize_reference.hpp"
+#include "runtime/reference/epilogue_reference.hpp"
 #include "runtime/reference/fp8_compare.hpp"
 #include "runtime/reference/permute_reference.hpp"
 #include "runtime/reference/quantize_reference.hpp"
@@ -298,6 +307,112 @@ int main(int argc, char** argv) {
     BlockQuantizeKernel mx = block_1x128;
     mx.scaling = Scaling::mx_1x32;
     time_block_case("mxfp8_1x32_row_col", mx);
+
+    // The dequantize (the debug fallback GEMM's operands) and the standalone
+    // epilogue (an activation a GEMM's epilogue could not take): checked on
+    // their first 256 rows against the CPU reference (GELU within
+    // activation_bound.hpp's bound), then timed like the casts above. Each
+    // writes an output buffer of its own, reused across runs.
+    const int check_rows = std::min(rows, 256);
+    const std::size_t check_n = static_cast<std::size_t>(check_rows) * cols;
+    for (bool transpose : {false, true}) {
+      const std::string name = std::string("dequantize_e4m3_to_bf16") + (transpose ? "_t" : "");
+      if (!only.empty() && name != only) continue;
+      DequantizeKernel k;
+      k.transpose = transpose;
+      const DequantizeLauncher launcher(jit, k);
+      DeviceBuffer out(n * 2);
+      const auto run_rows = [&](int b, int outer, CUdeviceptr to) {
+        DequantizeArgs a;
+        a.data = xs[b].get();  // its bytes as FP8 codes
+        a.tensor_scale = scale.get();
+        a.out = to;
+        a.outer = outer;
+        a.inner = cols;
+        launcher.launch(a, stream.get());
+      };
+      Result r;
+      r.name = name;
+      {
+        DeviceBuffer small(check_n * 2);
+        run_rows(0, check_rows, small.get());
+        stream.synchronize();
+        const auto* codes = reinterpret_cast<const std::uint8_t*>(host_x[0].data());
+        const DequantizeResult want = reference_dequantize(
+            k, codes, nullptr, scale_value, DequantizeLayout{check_rows, cols, 1, false});
+        std::vector<std::uint8_t> got(want.out.size());
+        small.download(got.data(), got.size());
+        r.verified = got == want.out;
+        if (!r.verified) std::cerr << name << ": output differs from the CPU reference\n";
+      }
+      time_runs(
+          r, [](int i) { return i; }, [&](int b) { run_rows(b, rows, out.get()); }, 3.0);
+      results.push_back(r);
+    }
+    const auto time_epilogue_case = [&](const std::string& name, const EpilogueKernel& k,
+                                        double actual_bytes_per_element) {
+      if (!only.empty() && name != only) return;
+      const EpilogueLauncher launcher(jit, k);
+      DeviceBuffer out(n * 2), pre_out(n * 2), bias(static_cast<std::size_t>(cols) * 2),
+          partials(static_cast<std::size_t>(EpilogueLauncher::dbias_tiles(rows)) * cols * 4);
+      std::vector<std::uint16_t> host_bias(host_x[1].begin(), host_x[1].begin() + cols);
+      bias.upload(host_bias.data(), host_bias.size() * 2);
+      const auto args = [&](int b, int r, CUdeviceptr y, CUdeviceptr z, CUdeviceptr p) {
+        EpilogueArgs a;
+        a.x = xs[b].get();
+        a.bias = bias.get();
+        a.pre_activation = pres[b].get();
+        a.out = y;
+        a.pre_activation_out = z;
+        a.dbias_partial = p;
+        a.rows = r;
+        a.cols = cols;
+        return a;
+      };
+      Result r;
+      r.name = name;
+      {
+        DeviceBuffer y(check_n * 2), z(check_n * 2),
+            p(static_cast<std::size_t>(EpilogueLauncher::dbias_tiles(check_rows)) * cols * 4);
+        launcher.launch(args(0, check_rows, y.get(), z.get(), p.get()), stream.get());
+        stream.synchronize();
+        std::vector<std::uint16_t> pre0(check_n);
+        pres[0].download(pre0.data(), pre0.size() * 2);
+        std::vector<std::uint16_t> got(check_n);
+        y.download(got.data(), got.size() * 2);
+        r.verified = true;
+        for (std::size_t i = 0; i < check_n && r.verified; ++i) {
+          float z_value = 0;
+          const float want =
+              reference_epilogue_value(k, host_x[0].data(), host_bias.data(), pre0.data(),
+                                       static_cast<std::int64_t>(i), cols, &z_value);
+          const double dy = numerics::bf16_to_float(host_x[0][i]);
+          const double bound =
+              k.backward ? std::fabs(dy) * activation_grad_error_bound(k.activation, z_value) +
+                               0x1p-22 * std::fabs(want)
+                         : activation_error_bound(k.activation, z_value);
+          r.verified = close_after_rounding(numerics::bf16_to_float(got[i]),
+                                            numerics::bf16_to_float(numerics::float_to_bf16(want)),
+                                            bound, ElemType::bf16);
+        }
+        if (!r.verified) std::cerr << name << ": output differs from the CPU reference\n";
+      }
+      time_runs(
+          r, [](int i) { return i; },
+          [&](int b) {
+            launcher.launch(args(b, rows, out.get(), pre_out.get(), partials.get()), stream.get());
+          },
+          actual_bytes_per_element);
+      results.push_back(r);
+    };
+    EpilogueKernel forward;
+    forward.bias = forward.store_pre = true;
+    forward.activation = Activation::gelu;
+    time_epilogue_case("epilogue_bias_gelu_store_pre", forward, 6.0);
+    EpilogueKernel backward;
+    backward.backward = backward.dbias = true;
+    backward.activation = Activation::gelu;
+    time_epilogue_case("epilogue_dgelu_dbias", backward, 6.0);
 
     // Byte movers on FP8-sized data (the first rows * cols bytes of each
     // input): 1 byte read and 1 written per element, so actual_TB/s is the
