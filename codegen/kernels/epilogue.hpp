@@ -1,6 +1,7 @@
-// The epilogue kernel: what one computes, independent of how it is printed
-// (cuda_epilogue.cpp). Element-wise over a high-precision [rows, cols] input
-// in the layer dtype; it is the plan's epilogue step (bias / activation /
+// The epilogue kernel: what one computes, independent of how it is built
+// (epilogue_ir.cpp: kernel IR, printed as CUDA for NVRTC or lowered through
+// LLVM). Element-wise over a high-precision [rows, cols] input in the layer
+// dtype; it is the plan's epilogue step (bias / activation /
 // FP8 cast after a row layer's reduction, and dact / dbias where no quantize
 // step fuses them), and it finishes a GEMM whose epilogue cannot apply the
 // activation (the GEMM writes z with bias, this kernel makes y from it).
@@ -13,9 +14,10 @@
 //   from memory; amax = max |y| before the scaling (float bits, atomic max).
 // Backward (backward = true):
 //   v = dy * act'(z)        (without an activation: v = dy)
-//   stores v in the layer dtype; dbias = column sums of v, as per-128-row
-//   tile partials that emit_cuda_dbias_reduce (quantize.hpp) adds in tile
-//   order, so the result does not depend on scheduling.
+//   stores v in the layer dtype (or fp32: dz staged for a block quantizer);
+//   dbias = column sums of v, as per-128-row tile partials that the dbias
+//   reduce (DbiasReduceKernel, quantize.hpp) adds in tile order, so the
+//   result does not depend on scheduling.
 // Every store rounds to nearest even; FP8 saturates to the largest finite
 // value (cvt.rn.satfinite); every NaN stored to fp32 (and amax) is the
 // canonical 0x7FFFFFFF, to bf16 / fp16 0x7FFF (dbias sums are not
@@ -28,6 +30,7 @@
 
 #include <string>
 
+#include "codegen/ir/ir.hpp"
 #include "codegen/kernels/kernel_source.hpp"
 #include "codegen/plan/plan.hpp"
 #include "fp8c/spec.hpp"
@@ -70,8 +73,9 @@ inline int epilogue_tile_rows(const EpilogueKernel& k) {
 //   multiplier), void* out (y, or backward v), IN* pre_out (z),
 //   u32* amax (float bits, atomic max), float* dbias_partial
 //   ([ceil(rows / 128)][cols]), int rows, int cols.
-// Throws std::invalid_argument for a description that makes no sense
+// Throw std::invalid_argument for a description that makes no sense
 // (a backward form with forward options, an FP8 input, ...).
-KernelSource emit_cuda(const EpilogueKernel& kernel);
+ir::Kernel build_ir(const EpilogueKernel& kernel);
+KernelSource emit_cuda(const EpilogueKernel& kernel);  // build_ir's kernel, printed as CUDA
 
 }  // namespace fp8c

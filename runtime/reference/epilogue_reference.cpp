@@ -33,7 +33,8 @@ EpilogueResult reference_epilogue(const EpilogueKernel& k, const void* x, const 
   EpilogueResult r;
   const auto n = static_cast<std::size_t>(rows * cols);
   const bool fp8 = k.fp8_output();
-  const ElemType out_type = k.backward ? k.input : k.output;
+  // Backward: v in the input type, or fp32 (dz staged for the block quantizer).
+  const ElemType out_type = k.output;
   r.out.assign(n * (fp8 ? 1 : element_bytes(out_type)), 0);
   if (k.store_pre) r.pre_out.assign(n * element_bytes(k.input), 0);
   const std::int64_t tiles = (rows + kEpilogueDbiasTileRows - 1) / kEpilogueDbiasTileRows;

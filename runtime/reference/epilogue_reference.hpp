@@ -4,8 +4,8 @@
 // the kernel's dbias summation order (epilogue.hpp). It is the kernel bit
 // for bit wherever the kernel is exact: bias add, relu / none, casts, FP8,
 // amax, z, and dbias of exact values. GELU and SiLU use tanh.approx /
-// __expf on the GPU, so there the GPU is within activation_bound.hpp's
-// bounds of this reference instead.
+// ex2.approx / div.approx on the GPU (activation_ir.hpp), so there the GPU
+// is within activation_bound.hpp's bounds of this reference instead.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +16,7 @@
 namespace fp8c::runtime {
 
 struct EpilogueResult {
-  std::vector<std::uint8_t> out;      // y (forward, kernel.output bits) or v (backward)
+  std::vector<std::uint8_t> out;      // y (forward) or v (backward), kernel.output bits
   std::vector<std::uint8_t> pre_out;  // z, with store_pre
   std::uint32_t amax_bits = 0;        // max |y| as float bits, with amax
   std::vector<float> dbias_partial;   // [ceil(rows / 128)][cols], with dbias

@@ -38,7 +38,7 @@ struct Dim3 {
 };
 inline Dim3 threadIdx, blockIdx, blockDim, gridDim;
 
-struct uint2 {
+struct alignas(8) uint2 {
   unsigned x, y;
 };
 struct alignas(16) uint4 {
@@ -289,6 +289,20 @@ struct QuantizeCall {
   unsigned* amax_out = nullptr;
   float* dbias_partial = nullptr;
   float* scale_out = nullptr;
+  int rows = 0, cols = 0;
+};
+
+// An epilogue kernel's arguments (codegen/kernels/epilogue.hpp), for the
+// emulated entry points' table.
+struct EpilogueCall {
+  const void* x = nullptr;
+  const void* bias = nullptr;
+  const void* pre = nullptr;
+  const float* scale = nullptr;
+  void* out = nullptr;
+  void* pre_out = nullptr;
+  unsigned* amax = nullptr;
+  float* dbias_partial = nullptr;
   int rows = 0, cols = 0;
 };
 

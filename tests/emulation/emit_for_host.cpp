@@ -7,7 +7,7 @@
 // and a table of entry points per kind. Fails if a PTX function it does not
 // know of appears, so a kernel change cannot silently escape the emulation.
 //
-//   emit_for_host BLOCK_QUANTIZE.inc QUANTIZE.inc IR_KERNELS.inc
+//   emit_for_host BLOCK_QUANTIZE.inc QUANTIZE.inc IR_KERNELS.inc EPILOGUE.inc
 
 #include <fstream>
 #include <iostream>
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "codegen/backends/cuda/cuda_printer.hpp"
+#include "codegen/kernels/epilogue.hpp"
 #include "codegen/kernels/permute.hpp"
 #include "codegen/kernels/transpose.hpp"
 #include "emulation_variants.hpp"
@@ -231,17 +232,49 @@ std::string ir_kernels() {
   return out.str();
 }
 
+// The epilogue kernels, printed for the host from their IR, with one entry
+// point signature for all (the arguments cast to each kernel's own types).
+std::string epilogue_kernels() {
+  std::ostringstream out, table;
+  const auto variants = fp8c::emulation::emulated_epilogue_variants();
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    const fp8c::EpilogueKernel& k = variants[i];
+    const std::string ns = std::string("e").append(std::to_string(i));
+    fp8c::KernelSource source = fp8c::emit_cuda(k);
+    source.source = fp8c::cuda::print(*source.ir, true);
+    emit(out, source, ns);
+    const auto storage = [&](fp8c::ElemType t) {
+      return t == fp8c::ElemType::fp32 ? std::string("float")
+                                       : ns + (fp8c::is_fp8(t) ? "::u8" : "::u16");
+    };
+    const std::string in = storage(k.input), out_t = storage(k.output);
+    table << "    {\"" << source.entry << "\", [](const EpilogueCall& a) { " << ns
+          << "::" << source.entry << "(static_cast<const " << in << "*>(a.x), static_cast<const "
+          << in << "*>(a.bias), static_cast<const " << in << "*>(a.pre), a.scale, static_cast<"
+          << out_t << "*>(a.out), static_cast<" << in
+          << "*>(a.pre_out), a.amax, a.dbias_partial, a.rows, a.cols); }, " << ns
+          << "::poison_shared},\n";
+  }
+  out << "struct EmulatedEpilogue {\n  const char* name;\n"
+      << "  void (*run)(const EpilogueCall&);\n  void (*poison_shared)();\n};\n"
+      << "inline const EmulatedEpilogue kEmulatedEpilogues[] = {\n"
+      << table.str() << "};\n";
+  return out.str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::cerr << "usage: emit_for_host BLOCK_QUANTIZE.inc QUANTIZE.inc IR_KERNELS.inc\n";
+  if (argc != 5) {
+    std::cerr << "usage: emit_for_host BLOCK_QUANTIZE.inc QUANTIZE.inc IR_KERNELS.inc "
+                 "EPILOGUE.inc\n";
     return 2;
   }
   try {
     write_file(argv[1], block_quantize_kernels());
     write_file(argv[2], quantize_kernels());
     write_file(argv[3], ir_kernels());
+    write_file(argv[4], epilogue_kernels());
   } catch (const std::exception& e) {
     std::cerr << "emit_for_host: " << e.what() << "\n";
     return 1;

@@ -11,6 +11,7 @@
 #include "codegen/kernels/block_quantize.hpp"
 #include "codegen/kernels/quantize.hpp"
 #include "codegen/kernels/scale_update.hpp"
+#include "tests/runtime/epilogue_variants.hpp"
 
 namespace fp8c::emulation {
 
@@ -100,6 +101,11 @@ inline std::vector<ScaleUpdateKernel> emulated_scale_update_variants() {
   guarded.guard = 3;
   all.push_back(guarded);
   return all;
+}
+
+// Epilogue kernels (built as kernel IR): every variant the GPU tests run.
+inline std::vector<EpilogueKernel> emulated_epilogue_variants() {
+  return testing::epilogue_variants();
 }
 
 }  // namespace fp8c::emulation

@@ -20,6 +20,7 @@
 #include "runtime/ptx_compiler.hpp"
 #include "tests/ir/every_intrinsic_kernel.hpp"
 #include "tests/llvm_module.hpp"
+#include "tests/runtime/epilogue_variants.hpp"
 #include "tests/runtime/scratch_cache_test.hpp"
 #include "tests/test_paths.hpp"
 
@@ -37,8 +38,8 @@ bool contains(const std::string& s, const std::string& part) {
 }
 
 // Every kernel built as IR: the transposes and permutes of every element
-// size, scale updates, and each IR kernel of each example's plan (by name,
-// once).
+// size, scale updates, every epilogue variant the GPU tests run, and each IR
+// kernel of each example's plan (by name, once).
 std::vector<KernelSource> ir_kernels() {
   std::vector<KernelSource> all = {emit_cuda(TransposeKernel{1}), emit_cuda(TransposeKernel{4}),
                                    emit_cuda(PermuteKernel{1}), emit_cuda(PermuteKernel{2}),
@@ -50,6 +51,7 @@ std::vector<KernelSource> ir_kernels() {
   guarded.guard = 3;
   all.push_back(emit_cuda(guarded));
   all.push_back(emit_cuda(ScaleUpdateKernel{{ElemType::e5m2}, 300, -2, AmaxAlgo::most_recent}));
+  for (const EpilogueKernel& k : testing::epilogue_variants()) all.push_back(emit_cuda(k));
   std::set<std::string> names;
   for (const auto& k : all) names.insert(k.name);
   for (const auto& entry : std::filesystem::directory_iterator(testing::examples_dir())) {
@@ -113,6 +115,36 @@ TEST(LlvmBackend, TransposeLowersToTheIntendedInstructions) {
                                   "st.shared.u32", "ld.shared.v4.u32"})
     EXPECT_TRUE(contains(ptx, instruction)) << instruction << "\n" << ptx;
   EXPECT_FALSE(contains(ptx, ".local")) << ptx;
+}
+
+// The epilogue's hot path is the instructions it was written for, under
+// LLVM as under NVRTC: 16-byte read-only loads, 16-byte stores of z and
+// 8-byte stores of FP8 codes (plain, not streaming: z is read again soon),
+// paired conversions, tanh.approx, one barrier and one atomic for the amax;
+// backward, dy * act'(z) rounded before it is summed (no FMA where the
+// derivative has none), the quarters' sums through shared memory.
+TEST(LlvmBackend, EpilogueLowersToTheIntendedInstructions) {
+  REQUIRE_LLVM();
+  EpilogueKernel forward;
+  forward.bias = forward.store_pre = forward.amax = true;
+  forward.activation = Activation::gelu;
+  forward.output = ElemType::e4m3;
+  const std::string ptx = llvm_backend::ptx(*emit_cuda(forward).ir, "sm_90a");
+  for (const char* instruction : {"ld.global.nc.v4.u32", "st.global.v4.u32", "st.global.v2.u32",
+                                  "cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.bf16x2.f32",
+                                  "tanh.approx.f32", "bar.sync", "atom.global.max.u32"})
+    EXPECT_TRUE(contains(ptx, instruction)) << instruction << "\n" << ptx;
+  for (const char* absent : {".local", "st.global.cs"})
+    EXPECT_FALSE(contains(ptx, absent)) << absent << "\n" << ptx;
+  EpilogueKernel backward;
+  backward.backward = backward.dbias = true;
+  backward.activation = Activation::relu;
+  const std::string bwd = llvm_backend::ptx(*emit_cuda(backward).ir, "sm_90a");
+  for (const char* instruction :
+       {"ld.global.nc.v4.u32", "st.global.v4.u32", "mul.rn.f32", "st.shared.f32", "ld.shared.f32"})
+    EXPECT_TRUE(contains(bwd, instruction)) << instruction << "\n" << bwd;
+  for (const char* absent : {".local", "fma.rn.f32"})
+    EXPECT_FALSE(contains(bwd, absent)) << absent << "\n" << bwd;
 }
 
 // The scale update divides with IEEE division only, under LLVM as in the

@@ -1,7 +1,7 @@
 // The epilogue and dequantize kernel variants the tests cover: every input
 // type with every activation (forward and backward), every output type and
-// FP8 format, with and without bias, z and amax; every FP8 format, scaling,
-// output type and orientation of dequantize.
+// FP8 format, with and without bias, z and amax, backward into fp32 staging;
+// every FP8 format, scaling, output type and orientation of dequantize.
 #pragma once
 
 #include <vector>
@@ -83,6 +83,19 @@ inline std::vector<EpilogueKernel> epilogue_variants() {
         k.dbias = dbias;
         all.push_back(k);
       }
+  // Backward into fp32: dz and dbias staged for a block quantizer that fuses
+  // neither (lower.cpp's dact_to_staging).
+  for (auto [input, act] :
+       {std::pair{ElemType::bf16, Activation::none}, std::pair{ElemType::bf16, Activation::gelu},
+        std::pair{ElemType::fp16, Activation::relu}, std::pair{ElemType::fp16, Activation::silu}}) {
+    EpilogueKernel k;
+    k.input = input;
+    k.output = ElemType::fp32;
+    k.backward = true;
+    k.activation = act;
+    k.dbias = true;
+    all.push_back(k);
+  }
   return all;
 }
 
