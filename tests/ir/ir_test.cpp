@@ -163,7 +163,8 @@ TEST(KernelIr, CudaPrintOfEveryIntrinsicCompiles) {
   for (const char* instruction :
        {"cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.satfinite.e5m2x2.f32", "cvt.rn.f16x2.e4m3x2",
         "cvt.rn.f16x2.e5m2x2", "cvt.rn.bf16x2.f32", "cvt.rn.f16x2.f32", "cvt.rn.bf16.f32",
-        "cvt.rn.f16.f32", "cvt.f32.f16", "tanh.approx.f32", "ex2.approx.f32", "div.approx.f32"})
+        "cvt.rn.f16.f32", "cvt.f32.f16", "tanh.approx.f32", "ex2.approx.f32", "div.approx.f32",
+        "max.u16x2"})
     EXPECT_TRUE(contains(source, instruction)) << instruction;
   const auto dir = std::filesystem::temp_directory_path() / "fp8c-ir-intrinsics-compile-test";
   std::filesystem::remove_all(dir);

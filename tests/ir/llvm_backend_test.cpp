@@ -137,7 +137,7 @@ TEST(LlvmBackend, EveryIntrinsicLowersToItsInstruction) {
        {"cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.satfinite.e5m2x2.f32", "cvt.rn.f16x2.e4m3x2",
         "cvt.rn.f16x2.e5m2x2", "cvt.rn.bf16x2.f32", "cvt.rn.f16x2.f32", "cvt.rn.bf16.f32",
         "cvt.rn.f16.f32", "cvt.f32.f16", "tanh.approx.f32", "ex2.approx.f32", "div.approx.f32",
-        "prmt.b32", "clz.b32", "shfl.sync.bfly.b32", "fma.rn.f32"})
+        "prmt.b32", "clz.b32", "shfl.sync.bfly.b32", "fma.rn.f32", "max.u16x2"})
     EXPECT_TRUE(contains(ptx, instruction)) << instruction << "\n" << ptx;
   const runtime::NvrtcOutput c =
       runtime::compile_ptx_to_cubin(ptx, "every_intrinsic.ptx", kernel.name, "sm_90a");
