@@ -288,6 +288,8 @@ Expr intrinsic(Op op, const std::vector<Expr>& args) {
       return want("ex2_approx", {kF32}, kF32);
     case Op::div_approx:
       return want("div_approx", {kF32, kF32}, kF32);
+    case Op::max_u16x2:
+      return want("max_u16x2", {kU32, kU32}, kU32);
     default:
       fail("not an intrinsic");
   }

@@ -120,6 +120,7 @@ enum class Op : std::uint8_t {
   tanh_approx,    // f32 tanh.approx.f32
   ex2_approx,     // f32 ex2.approx.f32 (2^x)
   div_approx,     // f32 div.approx.f32 (a / b, fast and approximate)
+  max_u16x2,      // u32: max.u16x2, the unsigned max of each 16-bit half (args: a, b)
 };
 
 // The operation's name in the text form (and in the constructors' errors): "add", "pack_e4m3x2".

@@ -93,6 +93,8 @@ const char* op_name(Op op) {
       return "ex2_approx";
     case Op::div_approx:
       return "div_approx";
+    case Op::max_u16x2:
+      return "max_u16x2";
     default:
       return "?";
   }

@@ -18,10 +18,14 @@
 //   mxfp8:     code = numerics::mx_block_scale(amax, format, round_up), s = 2^(127 - code)
 //   element    = fp8(v * s), round to nearest even, saturating.
 // This is runtime/cpu's convention, and the CPU reference's.
+// The kernel is built as kernel IR (block_quantize_ir.cpp, whose opening
+// comment says how it works), printed as CUDA C++ for NVRTC or lowered
+// through LLVM.
 #pragma once
 
 #include <string>
 
+#include "codegen/ir/ir.hpp"
 #include "codegen/kernels/kernel_source.hpp"
 #include "codegen/plan/plan.hpp"
 #include "fp8c/spec.hpp"
@@ -42,9 +46,10 @@ struct BlockQuantizeKernel {
   bool k_block_major = false;
   // Quantizes dz = x * act'(pre) (bf16/fp16 x and pre of one type): the
   // gradient through the activation, computed in fp32 as the backward
-  // epilogue kernel computes it (mul_rn(dy, dact(z)), cuda_activation.hpp),
-  // so the result is bit for bit that of the epilogue's fp32 dz quantized by
-  // an fp32-input kernel, without writing and reading dz.
+  // epilogue kernel computes it (dy * act'(z), act' from activation_ir.hpp,
+  // the product a multiply of its own), so the result is bit for bit that
+  // of the epilogue's fp32 dz quantized by an fp32-input kernel, without
+  // writing and reading dz.
   Activation dact = Activation::none;
 
   std::string name() const;
@@ -60,7 +65,10 @@ inline constexpr int kBlockQuantizeSharedBytes = 0;
 
 // Arguments: const IN* x, u8* rowwise, void* rowwise_scales, u8* columnwise,
 // void* columnwise_scales, int rows, int cols, and with dact a last
-// const IN* pre ([rows, cols], the saved pre-activation).
+// const IN* pre ([rows, cols], the saved pre-activation). In the IR, IN is
+// f32 or u16 (bf16/fp16 bits) and the scales are f32 or u8 (E8M0).
+// build_ir throws std::invalid_argument for a description it cannot build.
+ir::Kernel build_ir(const BlockQuantizeKernel& kernel);
 KernelSource emit_cuda(const BlockQuantizeKernel& kernel);
 
 }  // namespace fp8c

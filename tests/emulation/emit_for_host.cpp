@@ -1,7 +1,6 @@
-// Writes the generated CUDA source of every emulated block and per-tensor
-// quantize variant, and the kernel IR's host print (codegen/backends/cuda,
-// for_host) of every kind built as IR, as C++ for the host (cuda_host.hpp):
-// each kernel in a
+// Writes the kernel IR's host print (codegen/backends/cuda, for_host) of
+// every emulated block and per-tensor quantize variant and of the other kinds
+// built as IR, as C++ for the host (cuda_host.hpp): each kernel in a
 // namespace of its own, its few PTX functions replaced by host twins, its
 // shared arrays hoisted (see hoist_shared), its macros undefined after it,
 // and a table of entry points per kind. Fails if a PTX function it does not
@@ -129,20 +128,30 @@ void emit(std::ostringstream& out, const fp8c::KernelSource& k, const std::strin
   for (const auto& m : macros) out << "#undef " << m << "\n";
 }
 
+// The block quantize kernels, printed for the host from their IR. Their
+// parameters are typed (u16 or f32 input, f32 or u8 scales); AnyPointer
+// converts the table's untyped pointers to whichever each one is.
 std::string block_quantize_kernels() {
   std::ostringstream out, table;
   const auto variants = fp8c::emulation::emulated_block_quantize_variants();
   for (std::size_t i = 0; i < variants.size(); ++i) {
-    const fp8c::KernelSource k = fp8c::emit_cuda(variants[i]);
+    fp8c::KernelSource k = fp8c::emit_cuda(variants[i]);
+    k.source = fp8c::cuda::print(*k.ir, true);
     const std::string ns = std::string("k").append(std::to_string(i));
     emit(out, k, ns);
+    const bool dact = variants[i].dact != fp8c::Activation::none;
     table << "    {\"" << k.entry << "\", [](const void* x, unsigned char* r, void* rs, "
-          << "unsigned char* c, void* cs, int rows, int cols) { " << ns << "::" << k.entry
-          << "(static_cast<const " << ns << "::in_t*>(x), r, rs, c, cs, rows, cols); }, " << ns
-          << "::poison_shared},\n";
+          << "unsigned char* c, void* cs, int rows, int cols, const void* pre) { " << ns
+          << "::" << k.entry << "(AnyPointer{x}, r, AnyPointer{rs}, c, AnyPointer{cs}, rows, cols"
+          << (dact ? ", AnyPointer{pre}" : "") << "); }, " << ns << "::poison_shared},\n";
   }
-  out << "struct EmulatedKernel {\n  const char* name;\n"
-      << "  void (*run)(const void*, unsigned char*, void*, unsigned char*, void*, int, int);\n"
+  out << "struct AnyPointer {\n  const void* p;\n"
+      << "  template <typename T>\n  operator T*() const { return "
+         "static_cast<T*>(const_cast<void*>(p)); }\n"
+      << "};\n"
+      << "struct EmulatedKernel {\n  const char* name;\n"
+      << "  void (*run)(const void*, unsigned char*, void*, unsigned char*, void*, int, int, "
+      << "const void*);\n"
       << "  void (*poison_shared)();\n};\n"
       << "inline const EmulatedKernel kEmulatedKernels[] = {\n"
       << table.str() << "};\n";

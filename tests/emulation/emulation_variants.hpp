@@ -1,6 +1,7 @@
 // The kernel variants the CPU emulation runs. Block quantize: every input
 // type, format, block shape and usage set, pow2 or not for the blockwise
-// ones. Per-tensor quantize: every input type, format and usage set with
+// ones, K-block-major scales, and dReLU on each block shape. Per-tensor
+// quantize: every input type, format and usage set with
 // delayed or current scaling, dbias with and without drelu, and the block
 // order, launch-bounds and wide-column-store knobs; not dGELU/dSiLU, whose tanh.approx and
 // __expf have no bit-exact host twin.
@@ -40,6 +41,19 @@ inline std::vector<BlockQuantizeKernel> emulated_block_quantize_variants() {
       k.rowwise = usage & 1;
       k.columnwise = usage & 2;
       k.k_block_major = true;
+      all.push_back(k);
+    }
+  // dz = dy * relu'(z) (exact on the host; GELU's and SiLU's act' use
+  // tanh.approx, ex2.approx and div.approx, which have no bit-exact twin).
+  for (ElemType input : {ElemType::bf16, ElemType::fp16})
+    for (Scaling scaling : {Scaling::block_1x128, Scaling::block_128x128, Scaling::mx_1x32}) {
+      BlockQuantizeKernel k;
+      k.input = input;
+      k.format = input == ElemType::bf16 ? ElemType::e4m3 : ElemType::e5m2;
+      k.scaling = scaling;
+      k.rowwise = k.columnwise = true;
+      k.pow2 = scaling == Scaling::block_1x128 && input == ElemType::bf16;
+      k.dact = Activation::relu;
       all.push_back(k);
     }
   return all;

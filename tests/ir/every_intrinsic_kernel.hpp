@@ -30,7 +30,8 @@ inline Kernel every_intrinsic_kernel() {
                                   intrinsic(Op::clz, {words}));
   // A pointer's address (not an intrinsic, but lowered by each backend on its own).
   Expr offset = b.let("offset", convert(address(in) & constant(kU64, 15), kU32));
-  b.store(index(out, i), intrinsic(Op::shfl_xor, {mixed + offset, i32(1)}));
+  Expr maxed = b.let("maxed", intrinsic(Op::max_u16x2, {mixed + offset, words}));
+  b.store(index(out, i), intrinsic(Op::shfl_xor, {maxed, i32(1)}));
   return b.finish();
 }
 

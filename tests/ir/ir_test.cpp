@@ -10,6 +10,7 @@
 
 #include "codegen/backends/cuda/cuda_printer.hpp"
 #include "codegen/ir/builder.hpp"
+#include "codegen/kernels/block_quantize.hpp"
 #include "codegen/kernels/transpose.hpp"
 #include "runtime/jit.hpp"
 #include "tests/ir/every_intrinsic_kernel.hpp"
@@ -112,6 +113,45 @@ TEST(KernelIr, TransposeKernelsCarryTheIrTheirSourceIsPrintedFrom) {
   EXPECT_THROW(build_ir(TransposeKernel{2}), std::invalid_argument);
 }
 
+// The block quantize kernels are IR too: same entry and parameters as the
+// CUDA text they replaced (the launcher passes 7, or 8 with dact), launch
+// bounds of 4 blocks an SM for 16-bit inputs and 2 for fp32 or dact, and
+// descriptions the kernel cannot build refused.
+TEST(KernelIr, BlockQuantizeKernelsCarryTheIrTheirSourceIsPrintedFrom) {
+  BlockQuantizeKernel k;
+  k.rowwise = k.columnwise = true;
+  for (ElemType input : {ElemType::bf16, ElemType::fp16, ElemType::fp32})
+    for (Activation dact : {Activation::none, Activation::gelu}) {
+      if (input == ElemType::fp32 && dact != Activation::none) continue;
+      k.input = input;
+      k.dact = dact;
+      const KernelSource s = emit_cuda(k);
+      ASSERT_NE(s.ir, nullptr) << s.name;
+      EXPECT_EQ(s.ir->name, k.name());
+      EXPECT_EQ(s.entry, k.name());
+      EXPECT_EQ(s.source, cuda::print(*s.ir));
+      EXPECT_EQ(s.ir->max_threads, kBlockQuantizeThreads);
+      const bool wide = input == ElemType::fp32 || dact != Activation::none;
+      EXPECT_EQ(s.ir->min_blocks, wide ? 2 : 4) << s.name;
+      EXPECT_EQ(s.ir->params.size(), dact != Activation::none ? 8u : 7u) << s.name;
+      EXPECT_FALSE(contains(s.source, "#include")) << s.name;
+    }
+  BlockQuantizeKernel bad;
+  bad.input = ElemType::fp32;
+  bad.dact = Activation::relu;
+  EXPECT_TRUE(contains(refusal([&] { (void)build_ir(bad); }), "dact takes a bf16 or fp16"));
+  bad = {};
+  bad.scaling = Scaling::mx_1x32;
+  bad.k_block_major = true;
+  EXPECT_TRUE(contains(refusal([&] { (void)build_ir(bad); }), "K-block-major"));
+  bad = {};
+  bad.scaling = Scaling::per_tensor;
+  EXPECT_TRUE(contains(refusal([&] { (void)build_ir(bad); }), "not a block scaling"));
+  bad = {};
+  bad.input = ElemType::e4m3;
+  EXPECT_TRUE(contains(refusal([&] { (void)build_ir(bad); }), "input e4m3"));
+}
+
 // The CUDA printer's output of a kernel using each kind of statement and the
 // PTX-only operations compiles with NVRTC for sm_90a (no GPU needed).
 TEST(KernelIr, CudaPrintOfEveryStatementKindCompiles) {
@@ -163,7 +203,8 @@ TEST(KernelIr, CudaPrintOfEveryIntrinsicCompiles) {
   for (const char* instruction :
        {"cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.satfinite.e5m2x2.f32", "cvt.rn.f16x2.e4m3x2",
         "cvt.rn.f16x2.e5m2x2", "cvt.rn.bf16x2.f32", "cvt.rn.f16x2.f32", "cvt.rn.bf16.f32",
-        "cvt.rn.f16.f32", "cvt.f32.f16", "tanh.approx.f32", "ex2.approx.f32", "div.approx.f32"})
+        "cvt.rn.f16.f32", "cvt.f32.f16", "tanh.approx.f32", "ex2.approx.f32", "div.approx.f32",
+        "max.u16x2"})
     EXPECT_TRUE(contains(source, instruction)) << instruction;
   const auto dir = std::filesystem::temp_directory_path() / "fp8c-ir-intrinsics-compile-test";
   std::filesystem::remove_all(dir);

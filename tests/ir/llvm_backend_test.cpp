@@ -21,6 +21,7 @@
 #include "tests/ir/every_intrinsic_kernel.hpp"
 #include "tests/llvm_module.hpp"
 #include "tests/runtime/epilogue_variants.hpp"
+#include "tests/runtime/kernel_variants.hpp"
 #include "tests/runtime/scratch_cache_test.hpp"
 #include "tests/test_paths.hpp"
 
@@ -38,8 +39,8 @@ bool contains(const std::string& s, const std::string& part) {
 }
 
 // Every kernel built as IR: the transposes and permutes of every element
-// size, scale updates, every epilogue variant the GPU tests run, and each IR
-// kernel of each example's plan (by name, once).
+// size, scale updates, every epilogue variant the GPU tests run, block
+// quantize variants, and each IR kernel of each example's plan (by name, once).
 std::vector<KernelSource> ir_kernels() {
   std::vector<KernelSource> all = {emit_cuda(TransposeKernel{1}), emit_cuda(TransposeKernel{4}),
                                    emit_cuda(PermuteKernel{1}), emit_cuda(PermuteKernel{2}),
@@ -52,6 +53,7 @@ std::vector<KernelSource> ir_kernels() {
   all.push_back(emit_cuda(guarded));
   all.push_back(emit_cuda(ScaleUpdateKernel{{ElemType::e5m2}, 300, -2, AmaxAlgo::most_recent}));
   for (const EpilogueKernel& k : testing::epilogue_variants()) all.push_back(emit_cuda(k));
+  for (const auto& k : testing::block_quantize_compile_variants()) all.push_back(emit_cuda(k));
   std::set<std::string> names;
   for (const auto& k : all) names.insert(k.name);
   for (const auto& entry : std::filesystem::directory_iterator(testing::examples_dir())) {
@@ -147,6 +149,24 @@ TEST(LlvmBackend, EpilogueLowersToTheIntendedInstructions) {
     EXPECT_FALSE(contains(bwd, absent)) << absent << "\n" << bwd;
 }
 
+// The block quantize kernel's hot path is the instructions of the CUDA text
+// it replaced: 16-byte read-only loads, amaxes two 16-bit halves at a time,
+// half-warp shuffles, 8-byte streaming row stores, 4-byte streaming column
+// stores from shared staging, IEEE division for the scales.
+TEST(LlvmBackend, BlockQuantizeLowersToTheIntendedInstructions) {
+  REQUIRE_LLVM();
+  BlockQuantizeKernel k;
+  k.rowwise = k.columnwise = true;
+  const std::string ptx = llvm_backend::ptx(*emit_cuda(k).ir, "sm_90a");
+  for (const char* instruction :
+       {"ld.global.nc.v4.u32", "max.u16x2", "shfl.sync.bfly.b32", "cvt.rn.satfinite.e4m3x2.f32",
+        "st.global.cs.v2.u32", "st.global.cs.u32", "st.shared.v4.u32", "ld.shared.v4.f32",
+        "bar.sync", "bar.warp.sync", "div.rn.f32"})
+    EXPECT_TRUE(contains(ptx, instruction)) << instruction << "\n" << ptx;
+  for (const char* absent : {".local", "div.approx", "div.full", "rcp.approx"})
+    EXPECT_FALSE(contains(ptx, absent)) << absent << "\n" << ptx;
+}
+
 // The scale update divides with IEEE division only, under LLVM as in the
 // CUDA print (div.rn.f32, never an approximate reciprocal or division).
 TEST(LlvmBackend, ScaleUpdateDividesWithIeeeDivisionOnly) {
@@ -169,7 +189,7 @@ TEST(LlvmBackend, EveryIntrinsicLowersToItsInstruction) {
        {"cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.satfinite.e5m2x2.f32", "cvt.rn.f16x2.e4m3x2",
         "cvt.rn.f16x2.e5m2x2", "cvt.rn.bf16x2.f32", "cvt.rn.f16x2.f32", "cvt.rn.bf16.f32",
         "cvt.rn.f16.f32", "cvt.f32.f16", "tanh.approx.f32", "ex2.approx.f32", "div.approx.f32",
-        "prmt.b32", "clz.b32", "shfl.sync.bfly.b32", "fma.rn.f32"})
+        "prmt.b32", "clz.b32", "shfl.sync.bfly.b32", "fma.rn.f32", "max.u16x2"})
     EXPECT_TRUE(contains(ptx, instruction)) << instruction << "\n" << ptx;
   const runtime::NvrtcOutput c =
       runtime::compile_ptx_to_cubin(ptx, "every_intrinsic.ptx", kernel.name, "sm_90a");

@@ -35,6 +35,15 @@ TEST(KernelCompile, EveryQuantizeVariantCompilesWithoutSpills) {
   testing::expect_compiles_without_spills(sources, "fp8c-kernel-compile-test");
 }
 
+// The block quantize kernels (built as IR, printed for NVRTC) fit their
+// launch bounds (64 registers for 16-bit inputs, 128 for fp32 and dact)
+// without spilling, in every input type, block shape, usage set and option.
+TEST(KernelCompile, EveryBlockQuantizeVariantCompilesWithoutSpills) {
+  std::vector<KernelSource> sources;
+  for (const auto& k : testing::block_quantize_compile_variants()) sources.push_back(emit_cuda(k));
+  testing::expect_compiles_without_spills(sources, "fp8c-block-quantize-compile-test");
+}
+
 // A quantize kernel's format is e4m3 or e5m2: any other ElemType is refused,
 // never emitted as E5M2.
 TEST(KernelCompile, NonFp8FormatsAreRejected) {

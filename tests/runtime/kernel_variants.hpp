@@ -83,6 +83,35 @@ inline std::vector<BlockQuantizeKernel> block_quantize_variants() {
   return all;
 }
 
+// Block quantize kernels compiled for their registers (NVRTC and LLVM, no
+// spills, tests/runtime/kernel_compile_test.cpp, tests/ir): every input type,
+// block shape and usage set; pow2, K-block-major and E5M2 row+column for each
+// input; dact with each activation and block shape for bf16 and fp16.
+inline std::vector<BlockQuantizeKernel> block_quantize_compile_variants() {
+  std::vector<BlockQuantizeKernel> all;
+  const auto add = [&](ElemType input, Scaling scaling, int usage) -> BlockQuantizeKernel& {
+    BlockQuantizeKernel k;
+    k.input = input;
+    k.scaling = scaling;
+    k.rowwise = usage & 1;
+    k.columnwise = usage & 2;
+    return all.emplace_back(k);
+  };
+  for (ElemType input : {ElemType::bf16, ElemType::fp16, ElemType::fp32})
+    for (Scaling scaling : {Scaling::block_1x128, Scaling::block_128x128, Scaling::mx_1x32})
+      for (int usage = 1; usage <= 3; ++usage) add(input, scaling, usage);
+  for (ElemType input : {ElemType::bf16, ElemType::fp16, ElemType::fp32}) {
+    add(input, Scaling::block_1x128, 3).pow2 = true;
+    add(input, Scaling::block_128x128, 3).pow2 = true;
+    add(input, Scaling::block_1x128, 3).k_block_major = true;
+    add(input, Scaling::mx_1x32, 3).format = ElemType::e5m2;
+  }
+  for (Activation act : {Activation::relu, Activation::gelu, Activation::silu})
+    for (Scaling scaling : {Scaling::block_1x128, Scaling::block_128x128, Scaling::mx_1x32})
+      for (ElemType input : {ElemType::bf16, ElemType::fp16}) add(input, scaling, 3).dact = act;
+  return all;
+}
+
 // Block quantize kernels that fuse dact: checked on the GPU against the
 // backward epilogue's fp32 dz quantized by the fp32-input kernel
 // (block_quantize_gpu_test.cpp), since the CPU reference's act' is not the

@@ -266,6 +266,14 @@ Helper helper(Op op) {
 }
 )",
               "inline float ir_div_approx(float a, float b) { return a / b; }\n"};
+    case Op::max_u16x2:
+      return {R"(__device__ __forceinline__ u32 ir_max_u16x2(u32 a, u32 b) {
+  u32 r;
+  asm("max.u16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+)",
+              "inline u32 ir_max_u16x2(u32 a, u32 b) { return __vmaxu2(a, b); }\n"};
     default:
       return {nullptr, nullptr};
   }
@@ -378,7 +386,8 @@ class Printer {
       case Op::unpack_e5m2x2:
       case Op::tanh_approx:
       case Op::ex2_approx:
-      case Op::div_approx: {
+      case Op::div_approx:
+      case Op::max_u16x2: {
         helpers_.insert(n.op);
         std::string s = std::string("ir_") + intrinsic_name(n.op) + "(";
         for (std::size_t i = 0; i < n.args.size(); ++i) s += (i ? ", " : "") + expr(n.args[i]);
@@ -537,6 +546,8 @@ class Printer {
         return "ex2_approx";
       case Op::div_approx:
         return "div_approx";
+      case Op::max_u16x2:
+        return "max_u16x2";
       default:
         return "?";
     }

@@ -279,6 +279,9 @@ class Emitter {
       case ir::Op::div_approx:
         return inline_asm(b_.getFloatTy(), "div.approx.f32 $0, $1, $2;", "=f,f,f",
                           {expr(n.args[0]), expr(n.args[1])});
+      case ir::Op::max_u16x2:
+        return inline_asm(b_.getInt32Ty(), "max.u16x2 $0, $1, $2;", "=r,r,r",
+                          {expr(n.args[0]), expr(n.args[1])});
       case ir::Op::bit_not:
         return b_.CreateNot(expr(n.args[0]));
       case ir::Op::neg:
