@@ -283,6 +283,10 @@ Expr intrinsic(Op op, const std::vector<Expr>& args) {
       return want("ex2_approx", {kF32}, kF32);
     case Op::div_approx:
       return want("div_approx", {kF32, kF32}, kF32);
+    case Op::address:
+      if (args.size() != 1 || !args[0].type().is_pointer())
+        fail("address takes one pointer operand");
+      return make({op, kU64, args});
     default:
       fail("not an intrinsic");
   }

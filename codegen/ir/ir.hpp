@@ -119,6 +119,7 @@ enum class Op : std::uint8_t {
   tanh_approx,    // f32 tanh.approx.f32
   ex2_approx,     // f32 ex2.approx.f32 (2^x)
   div_approx,     // f32 div.approx.f32 (a / b, fast and approximate)
+  address,        // u64: a pointer's address (arg: any pointer), for alignment tests
 };
 
 // The operation's name in the text form (and in the constructors' errors): "add", "pack_e4m3x2".

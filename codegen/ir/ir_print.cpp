@@ -91,6 +91,8 @@ const char* op_name(Op op) {
       return "ex2_approx";
     case Op::div_approx:
       return "div_approx";
+    case Op::address:
+      return "address";
     default:
       return "?";
   }

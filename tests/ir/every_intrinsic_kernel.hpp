@@ -27,7 +27,8 @@ inline Kernel every_intrinsic_kernel() {
                          intrinsic(Op::pack_bf16x2, {x, approx}) ^
                          intrinsic(Op::pack_f16x2, {y, approx}));
   Expr mixed = b.let("mixed", intrinsic(Op::byte_perm, {words, convert(bf, kU32), u32(0x5140)}) +
-                                  intrinsic(Op::clz, {words}));
+                                  intrinsic(Op::clz, {words}) +
+                                  convert(intrinsic(Op::address, {out}) & constant(kU64, 15), kU32));
   b.store(index(out, i), intrinsic(Op::shfl_xor, {mixed, i32(1)}));
   return b.finish();
 }

@@ -365,6 +365,8 @@ class Printer {
                expr(n.args[1]) + ", " + expr(n.args[2]) + ")";
       case Op::clz:
         return "u32(__clz(" + expr(n.args[0]) + "))";
+      case Op::address:
+        return "reinterpret_cast<u64>(" + expr(n.args[0]) + ")";
       case Op::pack_e4m3x2:
       case Op::pack_e5m2x2:
       case Op::f16_to_f32:

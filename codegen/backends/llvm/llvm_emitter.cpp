@@ -277,6 +277,8 @@ class Emitter {
       case ir::Op::div_approx:
         return inline_asm(b_.getFloatTy(), "div.approx.f32 $0, $1, $2;", "=f,f,f",
                           {expr(n.args[0]), expr(n.args[1])});
+      case ir::Op::address:
+        return b_.CreatePtrToInt(expr(n.args[0]), b_.getInt64Ty());
       case ir::Op::bit_not:
         return b_.CreateNot(expr(n.args[0]));
       case ir::Op::neg:
