@@ -38,7 +38,7 @@ struct Dim3 {
 };
 inline Dim3 threadIdx, blockIdx, blockDim, gridDim;
 
-struct uint2 {
+struct alignas(8) uint2 {  // 8-byte aligned, as on the GPU
   unsigned x, y;
 };
 struct alignas(16) uint4 {
@@ -47,6 +47,9 @@ struct alignas(16) uint4 {
 struct alignas(16) float4 {
   float x, y, z, w;
 };
+inline uint2 make_uint2(unsigned x, unsigned y) {
+  return {x, y};
+}
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
   return {x, y, z, w};
 }

@@ -7,7 +7,7 @@
 // and a table of entry points per kind. Fails if a PTX function it does not
 // know of appears, so a kernel change cannot silently escape the emulation.
 //
-//   emit_for_host BLOCK_QUANTIZE.inc QUANTIZE.inc IR_KERNELS.inc
+//   emit_for_host BLOCK_QUANTIZE.inc QUANTIZE.inc IR_KERNELS.inc DEQUANTIZE.inc
 
 #include <fstream>
 #include <iostream>
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "codegen/backends/cuda/cuda_printer.hpp"
+#include "codegen/kernels/dequantize.hpp"
 #include "codegen/kernels/permute.hpp"
 #include "codegen/kernels/transpose.hpp"
 #include "emulation_variants.hpp"
@@ -223,17 +224,46 @@ std::string ir_kernels() {
   return out.str();
 }
 
+// The dequantizes (kernel IR, printed for the host), in a file of their own:
+// its test compiles them apart from the other IR kinds.
+std::string dequantize_kernels() {
+  std::ostringstream out, table;
+  const auto variants = fp8c::emulation::emulated_dequantize_variants();
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    const std::string ns = std::string("d").append(std::to_string(i));
+    fp8c::KernelSource source = fp8c::emit_cuda(variants[i]);
+    source.source = fp8c::cuda::print(*source.ir, true);
+    emit(out, source, ns);
+    const std::string out_type =
+        variants[i].output == fp8c::ElemType::fp32 ? "float" : ns + "::u16";
+    table << "    {\"" << source.entry << "\", [](const DequantizeCall& a) { " << ns
+          << "::" << source.entry << "(a.data, a.tensor_scale, a.block_scales, static_cast<"
+          << out_type << "*>(a.out), a.amax, a.outer, a.inner, a.segments, a.segmented); }, " << ns
+          << "::poison_shared},\n";
+  }
+  out << "struct DequantizeCall {\n  const unsigned char* data;\n  const float* tensor_scale;\n"
+      << "  const unsigned char* block_scales;\n  void* out;\n  unsigned* amax;\n"
+      << "  int outer, inner, segments, segmented;\n};\n"
+      << "struct EmulatedDequantize {\n  const char* name;\n"
+      << "  void (*run)(const DequantizeCall&);\n  void (*poison_shared)();\n};\n"
+      << "inline const EmulatedDequantize kEmulatedDequantizes[] = {\n"
+      << table.str() << "};\n";
+  return out.str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::cerr << "usage: emit_for_host BLOCK_QUANTIZE.inc QUANTIZE.inc IR_KERNELS.inc\n";
+  if (argc != 5) {
+    std::cerr << "usage: emit_for_host BLOCK_QUANTIZE.inc QUANTIZE.inc IR_KERNELS.inc "
+                 "DEQUANTIZE.inc\n";
     return 2;
   }
   try {
     write_file(argv[1], block_quantize_kernels());
     write_file(argv[2], quantize_kernels());
     write_file(argv[3], ir_kernels());
+    write_file(argv[4], dequantize_kernels());
   } catch (const std::exception& e) {
     std::cerr << "emit_for_host: " << e.what() << "\n";
     return 1;
