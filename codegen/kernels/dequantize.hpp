@@ -1,5 +1,5 @@
-// The dequantize kernel: what one computes, independent of how it is printed
-// (cuda_dequantize.cpp). The plan's dequantize step: an FP8 GEMM operand as
+// The dequantize kernel: what one computes, independent of how it is built
+// (dequantize_ir.cpp, as kernel IR for both backends). The plan's dequantize step: an FP8 GEMM operand as
 // high precision, for a debug fallback GEMM.
 //
 // Input: FP8 data in its usage's physical order [outer][inner], or, for an
@@ -18,7 +18,7 @@
 //
 // Output: out = fp8_to_float(code) * scale_inv as one fp32 product, then
 // rounded to nearest even to `output`; NaN canonical (codegen/numerics'
-// rules, cuda_store.hpp). This is runtime/cpu's decode() followed by its
+// rules, runtime/reference/element_store.hpp). This is runtime/cpu's decode() followed by its
 // store, bit for bit. The output is in logical order, as the plan's
 // rowwise high-precision tensor: [outer][inner] for rowwise data, and the
 // transpose [inner][outer] for columnwise data (`transpose`).
@@ -27,6 +27,7 @@
 
 #include <string>
 
+#include "codegen/ir/ir.hpp"
 #include "codegen/kernels/kernel_source.hpp"
 #include "codegen/plan/plan.hpp"
 #include "fp8c/spec.hpp"
@@ -52,7 +53,11 @@ inline constexpr int kDequantizeTileInner = 128;
 
 // Arguments: const u8* data, const float* tensor_scale (per_tensor),
 // const void* block_scales, OUT* out, u32* amax (float bits, atomic max),
-// int outer, int inner, int segments, int segmented (0 or 1).
+// int outer, int inner, int segments, int segmented (0 or 1). build_ir
+// (dequantize_ir.cpp) throws std::invalid_argument for a format that is not
+// FP8, a scaling that is not one of the four above, or an output that is
+// not bf16, fp16 or fp32; emit_cuda is its CUDA print.
+ir::Kernel build_ir(const DequantizeKernel& kernel);
 KernelSource emit_cuda(const DequantizeKernel& kernel);
 
 }  // namespace fp8c

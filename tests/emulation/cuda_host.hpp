@@ -38,7 +38,7 @@ struct Dim3 {
 };
 inline Dim3 threadIdx, blockIdx, blockDim, gridDim;
 
-struct alignas(8) uint2 {
+struct alignas(8) uint2 {  // 8-byte aligned, as on the GPU
   unsigned x, y;
 };
 struct alignas(16) uint4 {

@@ -7,6 +7,7 @@
 // know of appears, so a kernel change cannot silently escape the emulation.
 //
 //   emit_for_host BLOCK_QUANTIZE.inc QUANTIZE.inc IR_KERNELS.inc EPILOGUE.inc
+//                 DEQUANTIZE.inc
 
 #include <fstream>
 #include <iostream>
@@ -19,6 +20,7 @@
 
 #include "codegen/backends/cuda/cuda_printer.hpp"
 #include "codegen/kernels/epilogue.hpp"
+#include "codegen/kernels/dequantize.hpp"
 #include "codegen/kernels/permute.hpp"
 #include "codegen/kernels/transpose.hpp"
 #include "emulation_variants.hpp"
@@ -267,6 +269,33 @@ std::string epilogue_kernels() {
   out << "struct EmulatedEpilogue {\n  const char* name;\n"
       << "  void (*run)(const EpilogueCall&);\n  void (*poison_shared)();\n};\n"
       << "inline const EmulatedEpilogue kEmulatedEpilogues[] = {\n"
+        << table.str() << "};\n";
+  return out.str();
+}
+
+// The dequantizes (kernel IR, printed for the host), in a file of their own:
+// its test compiles them apart from the other IR kinds.
+std::string dequantize_kernels() {
+  std::ostringstream out, table;
+  const auto variants = fp8c::emulation::emulated_dequantize_variants();
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    const std::string ns = std::string("d").append(std::to_string(i));
+    fp8c::KernelSource source = fp8c::emit_cuda(variants[i]);
+    source.source = fp8c::cuda::print(*source.ir, true);
+    emit(out, source, ns);
+    const std::string out_type =
+        variants[i].output == fp8c::ElemType::fp32 ? "float" : ns + "::u16";
+    table << "    {\"" << source.entry << "\", [](const DequantizeCall& a) { " << ns
+          << "::" << source.entry << "(a.data, a.tensor_scale, a.block_scales, static_cast<"
+          << out_type << "*>(a.out), a.amax, a.outer, a.inner, a.segments, a.segmented); }, " << ns
+          << "::poison_shared},\n";
+  }
+  out << "struct DequantizeCall {\n  const unsigned char* data;\n  const float* tensor_scale;\n"
+      << "  const unsigned char* block_scales;\n  void* out;\n  unsigned* amax;\n"
+      << "  int outer, inner, segments, segmented;\n};\n"
+      << "struct EmulatedDequantize {\n  const char* name;\n"
+      << "  void (*run)(const DequantizeCall&);\n  void (*poison_shared)();\n};\n"
+      << "inline const EmulatedDequantize kEmulatedDequantizes[] = {\n"
       << table.str() << "};\n";
   return out.str();
 }
@@ -274,9 +303,9 @@ std::string epilogue_kernels() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
+  if (argc != 6) {
     std::cerr << "usage: emit_for_host BLOCK_QUANTIZE.inc QUANTIZE.inc IR_KERNELS.inc "
-                 "EPILOGUE.inc\n";
+                 "EPILOGUE.inc DEQUANTIZE.inc\n";
     return 2;
   }
   try {
@@ -284,6 +313,7 @@ int main(int argc, char** argv) {
     write_file(argv[2], quantize_kernels());
     write_file(argv[3], ir_kernels());
     write_file(argv[4], epilogue_kernels());
+    write_file(argv[5], dequantize_kernels());
   } catch (const std::exception& e) {
     std::cerr << "emit_for_host: " << e.what() << "\n";
     return 1;

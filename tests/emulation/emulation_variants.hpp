@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "codegen/kernels/block_quantize.hpp"
+#include "codegen/kernels/dequantize.hpp"
 #include "codegen/kernels/quantize.hpp"
 #include "codegen/kernels/scale_update.hpp"
 #include "tests/runtime/epilogue_variants.hpp"
@@ -120,6 +121,22 @@ inline std::vector<ScaleUpdateKernel> emulated_scale_update_variants() {
 // Epilogue kernels (built as kernel IR): every variant the GPU tests run.
 inline std::vector<EpilogueKernel> emulated_epilogue_variants() {
   return testing::epilogue_variants();
+}
+
+// Dequantizes (built as kernel IR): every format, scaling, output type and
+// orientation, each with amax on or off (one format per amax setting and
+// output type, so every scaling and orientation has amax both ways).
+inline std::vector<DequantizeKernel> emulated_dequantize_variants() {
+  std::vector<DequantizeKernel> all;
+  for (ElemType format : {ElemType::e4m3, ElemType::e5m2})
+    for (Scaling scaling :
+         {Scaling::per_tensor, Scaling::block_1x128, Scaling::block_128x128, Scaling::mx_1x32})
+      for (ElemType output : {ElemType::bf16, ElemType::fp16, ElemType::fp32})
+        for (bool transpose : {false, true}) {
+          const bool amax = (format == ElemType::e4m3) == (output != ElemType::fp16);
+          all.push_back({format, scaling, output, transpose, amax});
+        }
+  return all;
 }
 
 }  // namespace fp8c::emulation

@@ -39,8 +39,9 @@ bool contains(const std::string& s, const std::string& part) {
 }
 
 // Every kernel built as IR: the transposes and permutes of every element
-// size, scale updates, every epilogue variant the GPU tests run, block
-// quantize variants, and each IR kernel of each example's plan (by name, once).
+// size, scale updates, every epilogue and dequantize variant the GPU tests
+// run, block quantize variants, and each IR kernel of each example's plan (by
+// name, once).
 std::vector<KernelSource> ir_kernels() {
   std::vector<KernelSource> all = {emit_cuda(TransposeKernel{1}), emit_cuda(TransposeKernel{4}),
                                    emit_cuda(PermuteKernel{1}), emit_cuda(PermuteKernel{2}),
@@ -54,6 +55,8 @@ std::vector<KernelSource> ir_kernels() {
   all.push_back(emit_cuda(ScaleUpdateKernel{{ElemType::e5m2}, 300, -2, AmaxAlgo::most_recent}));
   for (const EpilogueKernel& k : testing::epilogue_variants()) all.push_back(emit_cuda(k));
   for (const auto& k : testing::block_quantize_compile_variants()) all.push_back(emit_cuda(k));
+  // Every format, scaling, output type and orientation; amax with each scaling.
+  for (const DequantizeKernel& k : testing::dequantize_variants()) all.push_back(emit_cuda(k));
   std::set<std::string> names;
   for (const auto& k : all) names.insert(k.name);
   for (const auto& entry : std::filesystem::directory_iterator(testing::examples_dir())) {
@@ -177,6 +180,35 @@ TEST(LlvmBackend, ScaleUpdateDividesWithIeeeDivisionOnly) {
   EXPECT_TRUE(contains(ptx, "div.rn.f32")) << ptx;
   for (const char* approximate : {"div.approx", "div.full", "rcp.approx", ".ftz"})
     EXPECT_FALSE(contains(ptx, approximate)) << approximate << "\n" << ptx;
+}
+
+// The dequantize kernel's fast path is the instructions it was written for,
+// under LLVM as under NVRTC: two-code FP8 conversions, word loads through the
+// read-only path, 8-byte (bf16) and 16-byte (fp32) stores, the padded tile
+// in shared memory for the transpose, 1 / s correctly rounded (div.rn, or
+// LLVM's rcp.rn: the same IEEE reciprocal); nothing approximate, nothing in
+// local memory.
+TEST(LlvmBackend, DequantizeLowersToTheIntendedInstructions) {
+  REQUIRE_LLVM();
+  const auto ptx_of = [](const DequantizeKernel& k) {
+    return llvm_backend::ptx(*emit_cuda(k).ir, "sm_90a");
+  };
+  const std::string bf16 = ptx_of({ElemType::e4m3, Scaling::per_tensor, ElemType::bf16});
+  for (const char* instruction :
+       {"cvt.rn.f16x2.e4m3x2", "cvt.f32.f16", "ld.global.nc.u32", "ld.global.nc.u8",
+        "cvt.rn.bf16x2.f32", "st.global.v2.u32", "mul.rn.f32"})
+    EXPECT_TRUE(contains(bf16, instruction)) << instruction << "\n" << bf16;
+  EXPECT_TRUE(contains(bf16, "div.rn.f32") || contains(bf16, "rcp.rn.f32")) << bf16;
+  const std::string fp32 = ptx_of({ElemType::e5m2, Scaling::mx_1x32, ElemType::fp32, true, true});
+  for (const char* instruction : {"cvt.rn.f16x2.e5m2x2", "st.shared.f32", "bar.sync", "ld.shared",
+                                  "st.global.v2", "shfl.sync.bfly.b32", "atom.global.max.u32"})
+    EXPECT_TRUE(contains(fp32, instruction)) << instruction << "\n" << fp32;
+  EXPECT_TRUE(
+      contains(ptx_of({ElemType::e4m3, Scaling::block_1x128, ElemType::fp32}), "st.global.v4.f32"));
+  for (const std::string& ptx : {bf16, fp32}) {
+    for (const char* never : {"div.approx", "div.full", "rcp.approx", ".ftz", "fma.rn", ".local"})
+      EXPECT_FALSE(contains(ptx, never)) << never << "\n" << ptx;
+  }
 }
 
 // Every intrinsic of the IR lowers (NVVM intrinsic or inline PTX), verifies
