@@ -30,7 +30,7 @@ std::optional<std::string> quantize_alignment_problem(const QuantizeKernel& k,
   return std::nullopt;
 }
 
-LaunchShape quantize_launch_shape(const QuantizeKernel& k, int rows, int cols) {
+LaunchShape quantize_launch_shape(int rows, int cols) {
   const int row_tiles = QuantizeLauncher::tiles(rows), col_tiles = QuantizeLauncher::tiles(cols);
   LaunchShape shape;
   shape.grid[0] = static_cast<unsigned>(col_tiles);
@@ -65,7 +65,7 @@ void QuantizeLauncher::launch(const QuantizeArgs& a, CUstream stream) const {
                   const_cast<CUdeviceptr*>(&a.scale_out),
                   const_cast<int*>(&a.rows),
                   const_cast<int*>(&a.cols)};
-  runtime::launch(function_, quantize_launch_shape(kernel_, a.rows, a.cols), stream, args);
+  runtime::launch(function_, quantize_launch_shape(a.rows, a.cols), stream, args);
 }
 
 DbiasReduceLauncher::DbiasReduceLauncher(const Jit& jit, ElemType output)

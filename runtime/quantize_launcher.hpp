@@ -33,9 +33,9 @@ struct QuantizeArgs {
 std::optional<std::string> quantize_alignment_problem(const QuantizeKernel& kernel,
                                                       const QuantizeArgs& args);
 
-// The grid and block `kernel` launches with for a rows x cols tensor (what
+// The grid and block a quantize kernel launches with for a rows x cols tensor (what
 // launch() uses; the CPU emulation runs the same grid).
-LaunchShape quantize_launch_shape(const QuantizeKernel& kernel, int rows, int cols);
+LaunchShape quantize_launch_shape(int rows, int cols);
 
 class QuantizeLauncher {
  public:

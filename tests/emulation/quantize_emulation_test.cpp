@@ -81,7 +81,7 @@ void run_case(const QuantizeKernel& k, const EmulatedQuantizeKernel& kernel, con
   a.rows = c.rows;
   a.cols = c.cols;
   // The launcher's own grid.
-  const runtime::LaunchShape shape = runtime::quantize_launch_shape(k, c.rows, c.cols);
+  const runtime::LaunchShape shape = runtime::quantize_launch_shape(c.rows, c.cols);
   const Dim3 grid{shape.grid[0], shape.grid[1], shape.grid[2]};
   const long long wide_before = host_wide_stores;
   run_grid(

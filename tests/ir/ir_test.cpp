@@ -60,9 +60,8 @@ TEST(KernelIr, MemoryOperationsCheckTheirPointers) {
   EXPECT_TRUE(contains(refusal([&] { b.param("in", kU32); }), "parameter in twice"));
   EXPECT_TRUE(contains(refusal([&] { b.atomic_max(in, u32(1)); }), "atomic_max"));
   // A pointer's address, as a u64 (alignment tests): of pointers only.
-  EXPECT_EQ(intrinsic(Op::address, {index(in, i32(1))}).type(), kU64);
-  EXPECT_TRUE(contains(refusal([&] { (void)intrinsic(Op::address, {u32(0)}); }),
-                       "address takes one pointer operand"));
+  EXPECT_EQ(address(index(in, i32(1))).type(), kU64);
+  EXPECT_TRUE(contains(refusal([&] { (void)address(u32(0)); }), "address of u32"));
 }
 
 TEST(KernelIr, NoStatementAfterFinish) {

@@ -85,21 +85,21 @@ TEST(BackendCommands, CompileWithLlvmNamesEachKernelsCompiler) {
   if (!llvm_backend::available())
     GTEST_SKIP() << "no LLVM backend in this build: " << llvm_backend::unavailable_reason();
   const std::string cache = test::scratch_dir("llvm-compile-cache");
-  const CommandResult r = run_fp8c({"compile", example("blockwise_mlp.fp8"), "--backend", "llvm",
+  // gpt_mlp plans IR kinds (transposes, quantizers, the epilogue) and one
+  // still written as CUDA text (the ring reduction of its row-parallel layer).
+  const CommandResult r = run_fp8c({"compile", example("gpt_mlp.fp8"), "--backend", "llvm",
                                     "--cache-dir", cache, "--threads", "2"},
                                    240);
   ASSERT_EQ(r.status, 0) << r.err;
-  bool llvm = false, nvrtc = false;
+  int llvm = 0, nvrtc = 0;
   for (const auto& line : test::split_lines(r.out)) {
-    if (line.rfind("transpose_u32 ", 0) == 0 || line.rfind("block_quantize", 0) == 0) {
-      EXPECT_TRUE(contains(line, "llvm 19.")) << line;
-      llvm = true;
-    } else if (line.rfind("quantize_", 0) == 0 || line.rfind("epilogue_", 0) == 0) {
-      EXPECT_TRUE(contains(line, "nvrtc ")) << line;
-      nvrtc = true;
-    }
+    if (line.empty() || line.rfind("kernel ", 0) == 0 || contains(line, " kernels for ")) continue;
+    const bool cuda_text = line.rfind("ring_sum", 0) == 0 || line.rfind("rank_", 0) == 0;
+    EXPECT_TRUE(contains(line, cuda_text ? "nvrtc " : "llvm 19.")) << line;
+    ++(cuda_text ? nvrtc : llvm);
   }
-  EXPECT_TRUE(llvm && nvrtc) << r.out;
+  EXPECT_GT(llvm, 0) << r.out;
+  EXPECT_GT(nvrtc, 0) << r.out;
 }
 
 // The spec asks for llvm and the module is not where FP8C_LLVM_MODULE says:
