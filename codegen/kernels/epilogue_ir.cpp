@@ -144,7 +144,7 @@ class EpilogueBuilder {
  public:
   explicit EpilogueBuilder(const EpilogueKernel& k)
       : k_(k),
-        b_(k.name(), kEpilogueThreads),
+        b_(k.name(), kEpilogueThreads, kEpilogueMinBlocks),
         dact_(k.backward && k.activation != Activation::none),
         wide_(k.input == ElemType::fp32),
         rows_per_thread_(epilogue_tile_rows(k) / 4),

@@ -15,6 +15,7 @@
 #include <llvm/MC/MCSubtargetInfo.h>
 #include <llvm/MC/TargetRegistry.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/CommandLine.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
@@ -43,6 +44,16 @@ void initialize_nvptx() {
     LLVMInitializeNVPTXTarget();
     LLVMInitializeNVPTXTargetMC();
     LLVMInitializeNVPTXAsmPrinter();
+    // No loop strength reduction in code generation: on the unrolled
+    // multi-row loops (the backward epilogue's eight rows of x and of z) it
+    // turns each row's address into a 64-bit induction pointer of its own,
+    // which ptxas keeps live across the loop (the dgelu dbias epilogue went
+    // from 127 to 166 registers, one block per SM instead of two). ptxas
+    // forms its own addressing from base + offset. The option is LLVM's
+    // (TargetPassConfig's -disable-lsr); this module holds its own LLVM, so
+    // setting it touches no other user of LLVM in the process.
+    const char* argv[] = {"fp8c-llvm", "-disable-lsr"};
+    llvm::cl::ParseCommandLineOptions(2, argv, "fp8c LLVM backend", nullptr, nullptr);
   });
 }
 
