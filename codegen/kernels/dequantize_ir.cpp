@@ -37,6 +37,7 @@
 #include "codegen/ir/builder.hpp"
 #include "codegen/kernels/cuda_prelude.hpp"
 #include "codegen/kernels/dequantize.hpp"
+#include "codegen/kernels/element_ir.hpp"
 #include "codegen/kernels/reduce_ir.hpp"
 
 namespace fp8c {
@@ -54,11 +55,6 @@ Expr canonical_nan() {
 Expr canonical(Builder& b, Expr v) {
   Expr x = b.let("x", std::move(v));
   return select(x != x, canonical_nan(), x);
-}
-
-// Whether `pointer` is a multiple of `bytes` (a power of two).
-Expr aligned(Expr pointer, int bytes) {
-  return (address(std::move(pointer)) & (bytes - 1)) == 0;
 }
 
 // numerics::e8m0_to_float: 2^(code - 127); code 0 is the subnormal 2^-127,

@@ -31,6 +31,7 @@
 #include "codegen/backends/cuda/cuda_printer.hpp"
 #include "codegen/ir/builder.hpp"
 #include "codegen/kernels/activation_ir.hpp"
+#include "codegen/kernels/element_ir.hpp"
 #include "codegen/kernels/epilogue.hpp"
 #include "codegen/kernels/reduce_ir.hpp"
 
@@ -74,18 +75,6 @@ Expr canonical_bits(const Expr& v) {
   return select(is_nan(v), u32(0x7FFFFFFF), bitcast(v, kU32));
 }
 
-// One stored element as f32, exactly.
-Expr element_value(ElemType type, Expr raw) {
-  switch (type) {
-    case ElemType::bf16:
-      return bitcast(convert(std::move(raw), kU32) << u32(16), kF32);
-    case ElemType::fp16:
-      return intrinsic(Op::f16_to_f32, {std::move(raw)});
-    default:
-      return raw;
-  }
-}
-
 // v as a bf16 / fp16 element, nearest even, a NaN as 0x7FFF.
 Expr half_bits(ElemType type, const Expr& v) {
   Expr h = intrinsic(type == ElemType::bf16 ? Op::f32_to_bf16 : Op::f32_to_f16, {v});
@@ -99,13 +88,6 @@ Expr half_pair(Builder& b, ElemType type, const Expr& lo, const Expr& hi) {
       b.let("pair", intrinsic(type == ElemType::bf16 ? Op::pack_bf16x2 : Op::pack_f16x2, {lo, hi}));
   r = b.let("pair", select(is_nan(lo), (r & u32(0xFFFF0000)) | u32(0x7FFF), r));
   return select(is_nan(hi), (r & u32(0x0000FFFF)) | u32(0x7FFF0000), r);
-}
-
-// Two FP8 codes, lo in the low byte, as the low half of a word.
-Expr fp8_pair(ElemType format, Expr lo, Expr hi) {
-  return convert(intrinsic(format == ElemType::e4m3 ? Op::pack_e4m3x2 : Op::pack_e5m2x2,
-                           {std::move(lo), std::move(hi)}),
-                 kU32);
 }
 
 // Eight values to eight consecutive high-precision elements at p (16-byte
@@ -130,10 +112,6 @@ void store1(Builder& b, ElemType type, const Expr& p, const Expr& v) {
     b.store(reinterpret(p, kU32), canonical_bits(v));
   else
     b.store(p, half_bits(type, v));
-}
-
-Expr aligned(const Expr& p, int bytes) {
-  return (address(p) & constant(kU64, bytes - 1)) == constant(kU64, 0);
 }
 
 struct Params {

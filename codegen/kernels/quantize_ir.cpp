@@ -29,6 +29,7 @@
 #include "codegen/backends/cuda/cuda_printer.hpp"
 #include "codegen/ir/builder.hpp"
 #include "codegen/kernels/activation_ir.hpp"
+#include "codegen/kernels/element_ir.hpp"
 #include "codegen/kernels/quantize.hpp"
 #include "codegen/kernels/reduce_ir.hpp"
 #include "codegen/numerics/fp8.hpp"
@@ -45,18 +46,6 @@ Type storage(ElemType type) {
   if (type == ElemType::bf16 || type == ElemType::fp16) return kU16;
   throw std::invalid_argument("quantize: input must be bf16, fp16 or fp32, not " +
                               std::string(to_string(type)));
-}
-
-// One stored element as f32, exactly.
-Expr element_value(ElemType type, Expr raw) {
-  switch (type) {
-    case ElemType::bf16:
-      return bitcast(convert(raw, kU32) << u32(16), kF32);
-    case ElemType::fp16:
-      return intrinsic(Op::f16_to_f32, {raw});
-    default:
-      return raw;
-  }
 }
 
 // The two 16-bit elements of a word (low half first) as f32, exactly.
@@ -94,16 +83,10 @@ std::vector<Expr> decode_row8(Builder& b, ElemType type, const Raw8& raw, const 
   return v;
 }
 
-Expr pack(ElemType format, Expr lo, Expr hi) {
-  return convert(intrinsic(format == ElemType::e4m3 ? Op::pack_e4m3x2 : Op::pack_e5m2x2,
-                           {std::move(lo), std::move(hi)}),
-                 kU32);
-}
-
 // Four values as one word of FP8 codes, the first in the low byte.
 Expr pack4(ElemType format, Expr a, Expr b, Expr c, Expr d) {
-  return pack(format, std::move(a), std::move(b)) |
-         (pack(format, std::move(c), std::move(d)) << u32(16));
+  return fp8_pair(format, std::move(a), std::move(b)) |
+         (fp8_pair(format, std::move(c), std::move(d)) << u32(16));
 }
 
 // numerics::scale_from_amax with fallback 1 and margin 0: fp8_max / amax, 1
@@ -324,7 +307,7 @@ class QuantizeBuilder {
         Expr offset = b_.let("offset", wide(r) * wide(p_.cols) + wide(c));
         Expr v = b_.let("v", value_at(offset));
         take_amax(v);
-        Expr code = b_.let("code", convert(pack(k_.format, scaled(v), f32(0.0f)), kU8));
+        Expr code = b_.let("code", convert(fp8_pair(k_.format, scaled(v), f32(0.0f)), kU8));
         if (k_.rowwise) b_.store(p_.row_out + offset, code);
         if (k_.columnwise) b_.store(p_.col_out + (wide(c) * wide(p_.rows) + wide(r)), code);
       });

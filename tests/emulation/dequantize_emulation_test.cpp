@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "../runtime/dequantize_inputs.hpp"
 #include "codegen/kernels/dequantize.hpp"
 #include "cuda_host.hpp"
 #include "emulation_variants.hpp"
@@ -31,6 +32,10 @@ namespace fp8c::emulation {
 #include "dequantize_emulated.inc"
 
 namespace {
+
+using testing::random_codes;
+using testing::random_scale;
+using testing::random_scales;
 
 struct Case {
   runtime::DequantizeLayout layout;
@@ -59,43 +64,6 @@ std::vector<Case> cases() {
 }
 
 // Each of the 256 codes at least once, the rest random.
-std::vector<std::uint8_t> random_codes(std::size_t n, std::mt19937& rng) {
-  std::vector<std::uint8_t> codes(n);
-  for (std::size_t i = 0; i < n; ++i)
-    codes[i] = i < 256 ? static_cast<std::uint8_t>(i) : static_cast<std::uint8_t>(rng());
-  std::shuffle(codes.begin(), codes.end(), rng);
-  return codes;
-}
-
-float random_scale(std::mt19937& rng) {
-  const float specials[] = {std::bit_cast<float>(0x7FC00000u), INFINITY, -INFINITY, 0.0f,
-                            std::bit_cast<float>(0x00000003u), -2.5f,    3e38f,     1e-38f};
-  if (rng() % 16 == 0) return specials[rng() % 8];
-  return std::ldexp(std::uniform_real_distribution<float>(1.0f, 2.0f)(rng),
-                    static_cast<int>(rng() % 60) - 30);
-}
-
-// The block scale tensor's raw bytes: fp32 scale_invs, or E8M0 codes with
-// 0x00, 0x7F, 0xFE and 0xFF among them.
-std::vector<std::uint8_t> random_scales(const DequantizeKernel& k, std::int64_t count,
-                                        std::mt19937& rng) {
-  const auto n = static_cast<std::size_t>(std::max<std::int64_t>(count, 1));
-  if (k.scaling == Scaling::mx_1x32) {
-    std::vector<std::uint8_t> codes(n);
-    const std::uint8_t specials[] = {0x00, 0x7F, 0xFE, 0xFF};
-    for (std::size_t i = 0; i < n; ++i)
-      codes[i] = i < 4 ? specials[i] : static_cast<std::uint8_t>(107 + rng() % 41);
-    std::shuffle(codes.begin(), codes.end(), rng);
-    return codes;
-  }
-  std::vector<std::uint8_t> bytes(n * 4);
-  for (std::size_t i = 0; i < n; ++i) {
-    const float v = random_scale(rng);
-    std::memcpy(&bytes[i * 4], &v, 4);
-  }
-  return bytes;
-}
-
 void run_case(const DequantizeKernel& k, const EmulatedDequantize& kernel, const Case& c,
               Order order, std::uint32_t seed) {
   SCOPED_TRACE(describe(c) + ", threads " + order_name(order));

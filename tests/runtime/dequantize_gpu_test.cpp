@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "dequantize_inputs.hpp"
 #include "gpu_fixture.hpp"
 
 #include <algorithm>
@@ -36,43 +37,9 @@ namespace {
 constexpr unsigned char kPoison = 0xCD;
 
 using testing::gpu;
-
-std::vector<std::uint8_t> random_codes(std::size_t n, std::mt19937& rng) {
-  std::vector<std::uint8_t> bytes(std::max<std::size_t>(n, 1));
-  for (std::size_t i = 0; i < n; ++i)
-    bytes[i] = i < 256 ? static_cast<std::uint8_t>(i) : static_cast<std::uint8_t>(rng());
-  std::shuffle(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n), rng);
-  return bytes;
-}
-
-float random_scale(std::mt19937& rng) {
-  const float specials[] = {std::bit_cast<float>(0x7FC00000u), INFINITY, -INFINITY, 0.0f,
-                            std::bit_cast<float>(0x00000003u), -2.5f,    3e38f,     1e-38f};
-  if (rng() % 16 == 0) return specials[rng() % 8];
-  return std::ldexp(std::uniform_real_distribution<float>(1.0f, 2.0f)(rng),
-                    static_cast<int>(rng() % 60) - 30);
-}
-
-// The block scale tensor's raw bytes: fp32 scale_invs, or E8M0 codes with
-// 0x00, 0x7F, 0xFE and 0xFF among them.
-std::vector<std::uint8_t> random_scales(const DequantizeKernel& k, std::int64_t count,
-                                        std::mt19937& rng) {
-  if (k.scaling == Scaling::mx_1x32) {
-    std::vector<std::uint8_t> codes(static_cast<std::size_t>(std::max<std::int64_t>(count, 1)));
-    const std::uint8_t specials[] = {0x00, 0x7F, 0xFE, 0xFF};
-    for (std::size_t i = 0; i < codes.size(); ++i)
-      codes[i] =
-          i < 4 ? specials[i] : static_cast<std::uint8_t>(127 + static_cast<int>(rng() % 41) - 20);
-    std::shuffle(codes.begin(), codes.end(), rng);
-    return codes;
-  }
-  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(std::max<std::int64_t>(count, 1)) * 4);
-  for (std::int64_t i = 0; i < count; ++i) {
-    const float v = random_scale(rng);
-    std::memcpy(&bytes[static_cast<std::size_t>(i) * 4], &v, 4);
-  }
-  return bytes;
-}
+using testing::random_codes;
+using testing::random_scale;
+using testing::random_scales;
 
 DeviceBuffer upload(const std::vector<std::uint8_t>& host, std::size_t offset) {
   DeviceBuffer b(host.size() + offset + 16);
