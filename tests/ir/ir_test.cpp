@@ -14,6 +14,7 @@
 #include "codegen/kernels/transpose.hpp"
 #include "runtime/jit.hpp"
 #include "tests/ir/every_intrinsic_kernel.hpp"
+#include "tests/runtime/compile_check.hpp"
 
 namespace fp8c::ir {
 namespace {
@@ -187,7 +188,7 @@ TEST(KernelIr, CudaPrintOfEveryStatementKindCompiles) {
   Expr packed = intrinsic(Op::pack_e4m3x2, {v, load(index(tile, (t + 1) & 255))});
   b.store(index(out, i), packed, true);
   const KernelSource k{"every_statement", "every_statement", cuda::print(b.finish()), {}};
-  const auto dir = std::filesystem::temp_directory_path() / "fp8c-ir-print-compile-test";
+  const auto dir = fp8c::testing::process_temp_dir("fp8c-ir-print-compile-test");
   std::filesystem::remove_all(dir);
   const runtime::Jit jit("sm_90a", runtime::CubinCache(dir.string()));
   const runtime::CompiledKernel c = jit.compile(k);
@@ -209,7 +210,7 @@ TEST(KernelIr, CudaPrintOfEveryIntrinsicCompiles) {
         "cvt.rn.f16.f32", "cvt.f32.f16", "tanh.approx.f32", "ex2.approx.f32", "div.approx.f32",
         "max.u16x2"})
     EXPECT_TRUE(contains(source, instruction)) << instruction;
-  const auto dir = std::filesystem::temp_directory_path() / "fp8c-ir-intrinsics-compile-test";
+  const auto dir = fp8c::testing::process_temp_dir("fp8c-ir-intrinsics-compile-test");
   std::filesystem::remove_all(dir);
   const runtime::Jit jit("sm_90a", runtime::CubinCache(dir.string()));
   const runtime::CompiledKernel c = jit.compile(KernelSource{kernel.name, kernel.name, source, {}});

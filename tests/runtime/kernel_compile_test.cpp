@@ -72,7 +72,7 @@ TEST(KernelCompile, EveryExampleSpecsKernelsCompileWithoutSpills) {
   }
   ASSERT_GE(specs, 5u);
   ASSERT_FALSE(sources.empty());
-  const auto dir = std::filesystem::temp_directory_path() / "fp8c-example-compile-test";
+  const auto dir = testing::process_temp_dir("fp8c-example-compile-test");
   std::filesystem::remove_all(dir);
   const Jit jit("sm_90a", CubinCache(dir.string()));
   for (const auto& c : jit.compile_all(sources)) {
