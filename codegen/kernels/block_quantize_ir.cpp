@@ -46,6 +46,7 @@
 #include "codegen/kernels/activation_ir.hpp"
 #include "codegen/kernels/block_quantize.hpp"
 #include "codegen/kernels/cuda_prelude.hpp"
+#include "codegen/kernels/element_ir.hpp"
 #include "codegen/numerics/fp8.hpp"
 #include "codegen/numerics/mx_scale.hpp"
 
@@ -176,16 +177,16 @@ class BlockQuantizeBuilder {
     b_.comment(
         "16-byte loads and 8-byte row stores need cols % 8 == 0, 4-byte column stores "
         "rows % 4 == 0, and the pointers aligned accordingly");
-    Expr in_aligned = (address(x_) & u64(15)) == u64(0);
-    if (dact_) in_aligned = in_aligned && (address(pre_) & u64(15)) == u64(0);
+    Expr in_aligned = aligned(x_, 16);
+    if (dact_) in_aligned = in_aligned && aligned(pre_, 16);
     wide_in_ = b_.let("wide_in", (cols_ & 7) == 0 && in_aligned);
     Expr fast = rows_ - r0_ >= 128 && cols_ - c0_ >= 128 && wide_in_;
     if (k_.rowwise) {
-      wide_row_ = b_.let("wide_row", (cols_ & 7) == 0 && (address(row_out_) & u64(7)) == u64(0));
+      wide_row_ = b_.let("wide_row", (cols_ & 7) == 0 && aligned(row_out_, 8));
       fast = fast && wide_row_;
     }
     if (k_.columnwise) {
-      wide_col_ = b_.let("wide_col", (rows_ & 3) == 0 && (address(col_out_) & u64(3)) == u64(0));
+      wide_col_ = b_.let("wide_col", (rows_ & 3) == 0 && aligned(col_out_, 4));
       fast = fast && wide_col_;
     }
     fast_ = b_.let("fast", fast);
@@ -240,17 +241,7 @@ class BlockQuantizeBuilder {
   }
 
   // The two floats of a word of two 16-bit elements (lo, hi).
-  std::vector<Expr> unpack_pair(Expr w) const {
-    if (k_.input == ElemType::bf16)
-      return {bitcast(w << u32(16), kF32), bitcast(w & u32(0xFFFF0000), kF32)};
-    return {intrinsic(Op::f16_to_f32, {convert(w, kU16)}),
-            intrinsic(Op::f16_to_f32, {convert(w >> u32(16), kU16)})};
-  }
-
-  Expr element_to_float(Expr bits16) const {
-    if (k_.input == ElemType::bf16) return bitcast(convert(bits16, kU32) << u32(16), kF32);
-    return intrinsic(Op::f16_to_f32, {bits16});
-  }
+  std::vector<Expr> unpack_pair(Expr w) const { return word_values(k_.input, std::move(w)); }
 
   // dy * act'(z), rounded as the backward epilogue rounds it: a multiply of
   // its own, never fused with act''s arithmetic.
@@ -303,9 +294,9 @@ class BlockQuantizeBuilder {
     for (int j = 0; j < 8; ++j)
       b_.if_(c + j < cols_, [&] {
         Expr at = offset + i64(j);
-        b_.assign(e[j], dact_
-                            ? dz(element_to_float(load(x_ + at)), element_to_float(load(pre_ + at)))
-                            : load(x_ + at));
+        b_.assign(e[j], dact_ ? dz(element_value(k_.input, load(x_ + at)),
+                                   element_value(k_.input, load(pre_ + at)))
+                              : load(x_ + at));
       });
     return {make_vector({e[0], e[1], e[2], e[3]}), make_vector({e[4], e[5], e[6], e[7]})};
   }
@@ -476,15 +467,10 @@ class BlockQuantizeBuilder {
     return v;
   }
 
-  Expr pack(Expr lo, Expr hi) const {
-    return convert(intrinsic(k_.format == ElemType::e4m3 ? Op::pack_e4m3x2 : Op::pack_e5m2x2,
-                             {std::move(lo), std::move(hi)}),
-                   kU32);
-  }
-
   // Four FP8 bytes of the products a[j] * m[j], a[0] lowest.
   Expr pack4(const std::vector<Expr>& a, const std::vector<Expr>& m) const {
-    return pack(a[0] * m[0], a[1] * m[1]) | (pack(a[2] * m[2], a[3] * m[3]) << u32(16));
+    return fp8_pair(k_.format, a[0] * m[0], a[1] * m[1]) |
+           (fp8_pair(k_.format, a[2] * m[2], a[3] * m[3]) << u32(16));
   }
 
   // The multipliers of rows 4q .. 4q + 3 of pass p (one 16-byte shared load).

@@ -17,6 +17,13 @@ Expr element_value(ElemType type, Expr raw) {
   }
 }
 
+std::vector<Expr> word_values(ElemType type, Expr w) {
+  if (type == ElemType::bf16)
+    return {bitcast(w << u32(16), kF32), bitcast(w & u32(0xFFFF0000), kF32)};
+  return {intrinsic(Op::f16_to_f32, {convert(w, kU16)}),
+          intrinsic(Op::f16_to_f32, {convert(w >> u32(16), kU16)})};
+}
+
 Expr fp8_pair(ElemType format, Expr lo, Expr hi) {
   return convert(intrinsic(format == ElemType::e4m3 ? Op::pack_e4m3x2 : Op::pack_e5m2x2,
                            {std::move(lo), std::move(hi)}),

@@ -48,14 +48,6 @@ Type storage(ElemType type) {
                               std::string(to_string(type)));
 }
 
-// The two 16-bit elements of a word (low half first) as f32, exactly.
-std::vector<Expr> word_values(ElemType type, Expr w) {
-  if (type == ElemType::bf16)
-    return {bitcast(w << u32(16), kF32), bitcast(w & u32(0xFFFF0000), kF32)};
-  return {intrinsic(Op::f16_to_f32, {convert(w, kU16)}),
-          intrinsic(Op::f16_to_f32, {convert(w >> u32(16), kU16)})};
-}
-
 // Eight consecutive elements of a row, from a 16-byte aligned address: one
 // 16-byte load (two for fp32), issued as one expression per vector.
 struct Raw8 {
