@@ -387,10 +387,9 @@ int main(int argc, char** argv) {
               reference_epilogue_value(k, host_x[0].data(), host_bias.data(), pre0.data(),
                                        static_cast<std::int64_t>(i), cols, &z_value);
           const double dy = numerics::bf16_to_float(host_x[0][i]);
-          const double bound =
-              k.backward ? std::fabs(dy) * activation_grad_error_bound(k.activation, z_value) +
-                               0x1p-22 * std::fabs(want)
-                         : activation_error_bound(k.activation, z_value);
+          const double bound = k.backward
+                                   ? backward_value_error_bound(k.activation, dy, z_value, want)
+                                   : activation_error_bound(k.activation, z_value);
           r.verified = close_after_rounding(numerics::bf16_to_float(got[i]),
                                             numerics::bf16_to_float(numerics::float_to_bf16(want)),
                                             bound, ElemType::bf16);

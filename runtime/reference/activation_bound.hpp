@@ -65,6 +65,15 @@ inline double activation_grad_error_bound(Activation act, float zf) {
   return 0.0;
 }
 
+// |v_gpu - v| for a backward epilogue's v = dy * act'(z) before it is
+// stored: act''s bound scaled by |dy|, plus v's own rounding, within
+// 2^-22 |v| while v is normal and within an absolute 2^-149 (two half steps
+// of the subnormal grid) once it underflows, where a relative bound no
+// longer holds.
+inline double backward_value_error_bound(Activation act, double dy, float z, double v) {
+  return std::fabs(dy) * activation_grad_error_bound(act, z) + 0x1p-22 * std::fabs(v) + 0x1p-149;
+}
+
 // Whether two stored values (decoded to double) can both be roundings to
 // `type` of values at most `bound` apart: |got - want| <= bound + one grid
 // step of `type` at the larger magnitude. NaN matches only NaN; an infinity

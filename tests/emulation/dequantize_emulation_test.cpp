@@ -78,7 +78,7 @@ void run_case(const DequantizeKernel& k, const EmulatedDequantize& kernel, const
 
   const std::size_t width = element_bytes(k.output);
   Buffer data(n, c.data_shift, 0), out(n * width, c.out_shift * width, 0xCD);
-  std::copy(codes.begin(), codes.end(), data.data());
+  std::copy_n(codes.begin(), n, data.data());  // codes holds a byte more when n is 0
   unsigned amax = 0;
   DequantizeCall call{data.data(),
                       &tensor_scale,

@@ -142,11 +142,7 @@ inline void expect_epilogue_matches_reference(const EpilogueKernel& k, const Epi
     if (!k.backward)
       return runtime::activation_error_bound(k.activation, z) * (k.fp8_output() ? in.scale : 1.0);
     const double dy = load_element(k.input, in.x.data(), i);
-    // v = dy * act'(z) rounds within 2^-22 |v| while it is normal, and
-    // within an absolute 2^-149 (two half steps of the subnormal grid) once
-    // it underflows, where a relative bound no longer holds.
-    return std::fabs(dy) * runtime::activation_grad_error_bound(k.activation, z) +
-           0x1p-22 * std::fabs(v) + 0x1p-149;
+    return runtime::backward_value_error_bound(k.activation, dy, z, v);
   };
   // dy = +-Inf times an act'(z) whose bound reaches zero (tanh.approx gives
   // exactly +-1 where tanhf is 1 - 2^-25): Inf * 0 = NaN in the kernel where
