@@ -1,6 +1,8 @@
 // CUDA source of one Fp8GemmKernel configuration: the shared parameter
 // struct, the configuration's constants, its wgmma instruction, then the
 // device code of fp8_gemm_sm90.cuh, all as NVRTC receives them.
+#include <cstdlib>
+#include <fstream>
 #include <sstream>
 #include <stdexcept>
 
@@ -55,6 +57,20 @@ std::string wgmma_wrapper(int n, ElemType a, ElemType b) {
   return s.str();
 }
 
+// The device code: the header built in, or for tuning experiments the file
+// FP8C_GEMM_DEVICE_SOURCE names (generated_gemm.hpp). The JIT's cache key
+// is the whole source, so a variant never finds another's cubin.
+std::string device_code() {
+  if (const char* path = std::getenv("FP8C_GEMM_DEVICE_SOURCE")) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) throw std::runtime_error(std::string("FP8C_GEMM_DEVICE_SOURCE: cannot read ") + path);
+    return text.str();
+  }
+  return std::string(device_source::fp8_gemm_sm90_cuh);
+}
+
 }  // namespace
 
 std::size_t Fp8GemmKernel::shared_bytes() const {
@@ -104,7 +120,13 @@ std::string fp8_gemm_problem(const Fp8GemmKernel& k) {
     return "only 1x128 scales can be read K-block-major";
   if (k.block_scaled() && k.fast_accumulate)
     return "block scaling promotes every 128 K; fast accumulation is per-tensor only";
-  if (k.block_m != 64 && k.block_m != 128) return "block_m must be 64 or 128";
+  if (k.block_m != 64 && k.block_m != 128 && k.block_m != 256)
+    return "block_m must be 64, 128 or 256";
+  // A 256-row tile keeps two 64-row waves of accumulators per math thread
+  // (and one partial set when promoting): at most 128 wide, and no room for
+  // a 1x128 B's per-column scales (NVRTC spills there).
+  if (k.block_m == 256 && (k.block_n > 128 || k.b_scale_rows == 1))
+    return "256-row tiles need block_n at most 128 and a B that is not 1x128-scaled";
   if (k.block_n < 16 || k.block_n > 256 || k.block_n % 16 != 0)
     return "block_n must be a multiple of 16 in [16, 256]";
   // Accumulators per math thread: block_n / 2, twice when promoting, out of
@@ -151,7 +173,7 @@ KernelSource emit_cuda(const Fp8GemmKernel& k) {
     << "}  // namespace fp8c_gemm\n"
     << cuda_activation_function(k.activation) << wgmma_wrapper(k.block_n, k.a, k.b)
     << "#define FP8C_GEMM_ENTRY " << k.name() << "\n"
-    << device_source::fp8_gemm_sm90_cuh << "\n#undef FP8C_GEMM_ENTRY\n";
+    << device_code() << "\n#undef FP8C_GEMM_ENTRY\n";
   return {k.name(), k.name(), s.str(), {}};
 }
 

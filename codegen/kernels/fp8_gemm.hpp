@@ -45,9 +45,11 @@ struct Fp8GemmKernel {
   bool a_scales_k_major = false;  // 1x128 only
   bool b_scales_k_major = false;  // 1x128 only
   bool fast_accumulate = false;   // per-tensor only
-  int block_m = 128;              // 64 or 128: one or two math warpgroups
-  int block_n = 128;              // 16..256, a multiple of 16
-  int stages = 6;                 // shared-memory ring depth
+  // 64: one math warpgroup; 128: two; 256: two, each computing two 64-row
+  // waves of the tile in turn.
+  int block_m = 128;
+  int block_n = 128;  // 16..256, a multiple of 16
+  int stages = 6;     // shared-memory ring depth
   // 1, or 2: clusters of two CTAs on vertically adjacent tiles sharing (and
   // multicasting) the B tile (fp8_gemm_sm90.cuh).
   int cluster_m = 1;
@@ -63,7 +65,8 @@ struct Fp8GemmKernel {
 
   bool block_scaled() const { return a_scale_rows != 0; }
   bool promotes() const { return block_scaled() || !fast_accumulate; }
-  int threads() const { return 128 * (block_m / 64 + 1); }
+  int threads() const { return 128 * (math_warpgroups() + 1); }
+  int math_warpgroups() const { return block_m == 64 ? 1 : 2; }
   // Dynamic shared memory: the ring, its barriers, and 1 KB to align the
   // ring to the swizzle's 1024-byte period.
   std::size_t shared_bytes() const;

@@ -14,13 +14,16 @@ namespace fp8c {
 struct Fp8GemmShape {
   std::int64_t m = 0, n = 0, k = 0;
   Fp8GemmKernel form;
-  // Clusters of two sharing B: measured slower on the H200 so far (1036
-  // against 1332 TFLOP/s at 8192^3, per-tensor), so only when asked.
+  // Clusters of two sharing B: no faster than single CTAs on the H100
+  // (within 2% either way, per-tensor and block-scaled), so only when asked.
   bool clusters = false;
   // 0: the heuristic picks the tile width; else this one (tuning sweeps:
   // the runner's FP8C_GEMM_BLOCK_N). Must be a width fp8_gemm_problem()
   // accepts for the form.
   int block_n = 0;
+  // The same for the tile height (the runner's FP8C_GEMM_BLOCK_M): 64, 128
+  // or 256 where the form allows it.
+  int block_m = 0;
 };
 
 struct Fp8GemmChoice {
@@ -29,8 +32,9 @@ struct Fp8GemmChoice {
   int ctas = 0;        // persistent grid: min(tiles, SMs), a multiple of the cluster
 };
 
-// Tiles: block_m 64 when M fits one math warpgroup, else 128; block_n the
-// width that finishes in the fewest, fullest waves over `sms` SMs, wider
+// Tiles: block_m 64 when M fits one math warpgroup, else 128, or 256 for
+// block scaling over 128x128 B blocks; block_n the width that, with that
+// height, finishes in the fewest, fullest waves over `sms` SMs, wider
 // tiles preferred (each loaded byte feeds more MMAs; up to 256 with fast
 // accumulation, 160 promoted per-tensor, 128 block-scaled, as measured); the ring as deep as
 // shared memory allows (up to 8 stages); when `clusters`, clusters of two

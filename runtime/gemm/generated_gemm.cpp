@@ -92,6 +92,7 @@ class Runner final : public GeneratedGemmRunner {
     const char* env = std::getenv("FP8C_GEMM_CLUSTERS");
     clusters_ = clusters || (env && std::string(env) == "1");
     if (const char* n = std::getenv("FP8C_GEMM_BLOCK_N")) block_n_ = std::atoi(n);
+    if (const char* m = std::getenv("FP8C_GEMM_BLOCK_M")) block_m_ = std::atoi(m);
   }
 
   std::string_view name() const override { return "generated"; }
@@ -101,13 +102,13 @@ class Runner final : public GeneratedGemmRunner {
     if (jit_.arch() != "sm_90a")
       problem = "the generated GEMM is built for sm_90a (Hopper); this GPU is " + jit_.arch();
     else
-      problem = generated_gemm_problem(g, clusters_, sms_, block_n_);
+      problem = generated_gemm_problem(g, clusters_, sms_, block_n_, block_m_);
     if (why) *why = problem;
     return problem.empty();
   }
 
   Fp8GemmChoice choice(const GemmArgs& g) const override {
-    return generated_gemm_choice(g, clusters_, sms_, block_n_);
+    return generated_gemm_choice(g, clusters_, sms_, block_n_, block_m_);
   }
 
   const CompiledKernel& compiled(const Fp8GemmKernel& kernel) override {
@@ -269,6 +270,7 @@ class Runner final : public GeneratedGemmRunner {
   int sms_ = 0;
   bool clusters_ = false;
   int block_n_ = 0;  // FP8C_GEMM_BLOCK_N: a tile width for tuning sweeps (0: the heuristic's)
+  int block_m_ = 0;  // FP8C_GEMM_BLOCK_M: the same for the tile height
   mutable std::mutex mutex_;
   std::map<std::string, std::unique_ptr<LoadedKernel>> kernels_;
   std::map<std::string, int> resident_;
@@ -276,7 +278,8 @@ class Runner final : public GeneratedGemmRunner {
 
 }  // namespace
 
-Fp8GemmChoice generated_gemm_choice(const GemmArgs& g, bool clusters, int sms, int block_n) {
+Fp8GemmChoice generated_gemm_choice(const GemmArgs& g, bool clusters, int sms, int block_n,
+                                    int block_m) {
   Fp8GemmShape shape;
   shape.m = g.a.rows;
   shape.n = g.b.rows;
@@ -298,12 +301,14 @@ Fp8GemmChoice generated_gemm_choice(const GemmArgs& g, bool clusters, int sms, i
   shape.form.amax = g.d_amax != 0;
   shape.clusters = clusters;
   shape.block_n = block_n;
+  shape.block_m = block_m;
   return choose_fp8_gemm(shape, sms);
 }
 
-std::string generated_gemm_problem(const GemmArgs& g, bool clusters, int sms, int block_n) {
+std::string generated_gemm_problem(const GemmArgs& g, bool clusters, int sms, int block_n,
+                                   int block_m) {
   if (std::string p = args_problem(g); !p.empty()) return p;
-  return fp8_gemm_problem(generated_gemm_choice(g, clusters, sms, block_n).kernel);
+  return fp8_gemm_problem(generated_gemm_choice(g, clusters, sms, block_n, block_m).kernel);
 }
 
 std::unique_ptr<GeneratedGemmRunner> make_generated_gemm_runner(const Jit& jit, bool clusters) {

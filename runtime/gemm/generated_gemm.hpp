@@ -40,17 +40,22 @@ class GeneratedGemmRunner : public GemmRunner {
 //    activation with its pre-activation as aux, accumulation into a
 //    high-precision D, and the amax (written: zeroed on `stream` first).
 // `clusters` (or FP8C_GEMM_CLUSTERS=1) lets the heuristic pick clusters of two
-// CTAs sharing B (fp8_gemm_heuristic.hpp: measured slower so far).
-// FP8C_GEMM_BLOCK_N=N replaces the heuristic's tile width by N, for tuning
-// sweeps (a width the form cannot take makes supports() false, saying why).
+// CTAs sharing B (fp8_gemm_heuristic.hpp: no faster so far).
+// FP8C_GEMM_BLOCK_N=N and FP8C_GEMM_BLOCK_M=M replace the heuristic's tile
+// width and height, for tuning sweeps (a tile the form cannot take makes
+// supports() false, saying why). FP8C_GEMM_DEVICE_SOURCE=FILE compiles the
+// device code in FILE instead of the built-in fp8_gemm_sm90.cuh, so that
+// variants of the kernel can be timed without a rebuild.
 std::unique_ptr<GeneratedGemmRunner> make_generated_gemm_runner(const Jit& jit,
                                                                 bool clusters = false);
 
 // What the runner decides, without a GPU (for the lowering's tests and
 // tools): the configuration for `args` on an sm_90a GPU of `sms` SMs, and
 // why the generated GEMM cannot run `args` there ("" when it can).
-// `block_n` (0: the heuristic's) fixes the tile width.
-Fp8GemmChoice generated_gemm_choice(const GemmArgs& args, bool clusters, int sms, int block_n = 0);
-std::string generated_gemm_problem(const GemmArgs& args, bool clusters, int sms, int block_n = 0);
+// `block_n` and `block_m` (0: the heuristic's) fix the tile's width and height.
+Fp8GemmChoice generated_gemm_choice(const GemmArgs& args, bool clusters, int sms, int block_n = 0,
+                                    int block_m = 0);
+std::string generated_gemm_problem(const GemmArgs& args, bool clusters, int sms, int block_n = 0,
+                                   int block_m = 0);
 
 }  // namespace fp8c::runtime

@@ -150,6 +150,49 @@ TEST(Fp8GemmKernelDescription, RefusesWhatTheDeviceCodeCannotBuild) {
   bad = k;
   bad.a_scales_k_major = true;  // per-tensor
   refused(bad);
+  bad = k;
+  bad.block_m = 192;
+  refused(bad);
+  bad = k;
+  bad.block_m = 256;
+  bad.stages = 2;
+  bad.block_n = 144;  // two waves of 72 accumulators and a partial set: too many
+  refused(bad);
+  bad = k;
+  bad.block_m = 256;
+  bad.stages = 2;
+  bad.a_scale_rows = bad.b_scale_rows = 1;  // a scale per B column as well
+  refused(bad);
+}
+
+// 256-row tiles (two waves per math warpgroup) where they measured faster:
+// block scaling over 128x128 B blocks, on shapes with more than one 128-row
+// tile; never for a 1x128 B (refused) or per-tensor (no faster).
+TEST(Fp8GemmHeuristic, TallTilesOnlyForBlockScalingOver128x128Blocks) {
+  int tall = 0;
+  for (const Fp8GemmKernel& form : forms())
+    for (auto [m, n, k] : kShapes) {
+      const Fp8GemmKernel c = choose_fp8_gemm({m, n, k, form}, kH200Sms).kernel;
+      if (c.block_m != 256) continue;
+      ++tall;
+      EXPECT_TRUE(form.block_scaled() && form.b_scale_rows == 128) << c.name();
+      EXPECT_GT(m, 128) << c.name();
+      EXPECT_EQ(c.threads(), 384) << c.name();
+    }
+  EXPECT_GT(tall, 0);
+  Fp8GemmKernel block;
+  block.a_scale_rows = 1;
+  block.b_scale_rows = 128;
+  EXPECT_EQ(choose_fp8_gemm({8192, 8192, 8192, block}, kH200Sms).kernel.block_m, 256);
+  EXPECT_EQ(choose_fp8_gemm({100, 8192, 8192, block}, kH200Sms).kernel.block_m, 128);
+  // An explicit height (FP8C_GEMM_BLOCK_M) wins, and the ring is sized for it.
+  Fp8GemmShape forced{8192, 8192, 8192, Fp8GemmKernel{}};
+  forced.block_m = 256;
+  forced.block_n = 128;
+  const Fp8GemmChoice c = choose_fp8_gemm(forced, kH200Sms);
+  EXPECT_EQ(c.kernel.block_m, 256);
+  EXPECT_EQ(fp8_gemm_problem(c.kernel), "");
+  EXPECT_EQ(c.ctas, kH200Sms);
 }
 
 // This test's instance number ("Name/3" -> "3"): a cache folder per test,
@@ -255,6 +298,19 @@ TEST_P(Fp8GemmCompile, WidestAcceptedTilesCompileWithoutSpills) {
     if (fp8_gemm_problem(k).empty()) widest.push_back(k);
   }
   ASSERT_EQ(widest.size(), 2u);
+  // And the widest 256-row tile, where the scaling allows one (two waves of
+  // accumulators through the same epilogue).
+  k.block_m = 256;
+  for (int n = 256; n >= 16; n -= 16) {
+    k.block_n = n;
+    k.stages = 8;
+    while (k.stages > 2 && k.shared_bytes() > kSm90SharedBytes) --k.stages;
+    if (fp8_gemm_problem(k).empty()) {
+      widest.push_back(k);
+      break;
+    }
+  }
+  EXPECT_EQ(widest.size(), k.b_scale_rows == 1 ? 2u : 3u);
   for (const Fp8GemmKernel& w : with_k_major_scales(widest)) sources.push_back(emit_cuda(w));
   testing::expect_compiles_without_spills(sources,
                                           "fp8c-fp8-gemm-widest-test-" + test_cache_suffix());

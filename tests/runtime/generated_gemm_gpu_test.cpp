@@ -232,6 +232,56 @@ TEST(GeneratedGemmGpu, BlockScaledFusedEpilogues) {
       }
 }
 
+// 256-row tiles: each math warpgroup computes two 64-row waves of the tile
+// (rows 64 w + 128 v), the second partly or wholly below M on most of these
+// shapes; per-tensor fast and promoted, block-scaled over 128x128 B blocks in
+// both scale orders, the fused epilogues, and clusters of two whose last
+// pair's second tile lies below M (1100 rows: 5 tiles of 256).
+TEST(GeneratedGemmGpu, TallTilesComputeTwoWavesPerWarpgroup) {
+  REQUIRE_HOPPER();
+  ::setenv("FP8C_GEMM_BLOCK_M", "256", 1);
+  const auto tall = make_generated_gemm_runner(*testing::gpu().jit);
+  const auto tall_clustered = make_generated_gemm_runner(*testing::gpu().jit, true);
+  ::unsetenv("FP8C_GEMM_BLOCK_M");
+  std::uint32_t seed = 771;
+  const auto check = [&](GeneratedGemmRunner& r, Problem& p) {
+    ASSERT_EQ(r.choice(p.args).kernel.block_m, 256) << p.form.name;
+    run_and_check(r, p);
+  };
+  for (auto [a, b] :
+       {std::pair{ElemType::e4m3, ElemType::e4m3}, std::pair{ElemType::e5m2, ElemType::e4m3}})
+    for (bool fast : {true, false})
+      for (const Shape& s : kShapes) {
+        Problem p = make_problem(per_tensor(a, b, ElemType::bf16, fast), s, seed++);
+        check(*tall, p);
+      }
+  const Scaling row = Scaling::block_1x128, tile = Scaling::block_128x128;
+  for (BlockScaleOrder order : {BlockScaleOrder::k_block_major, BlockScaleOrder::row_major})
+    for (const Shape& s : kShapes) {
+      if (s.pad) continue;  // block problems keep ld = K
+      Problem p = make_block_problem(row, tile, s, seed++, 0, false, order);
+      check(*tall, p);
+    }
+  for (Form f : epilogue_forms()) {
+    for (const Shape& s : {kShapes[2], kShapes[4]}) {
+      f.fast_accumulate = false;
+      Problem p = make_problem(f, s, seed++);
+      check(*tall, p);
+      Problem q =
+          make_block_problem(row, tile, s, seed++, 0, f.bias, BlockScaleOrder::row_major, &f);
+      check(*tall, q);
+    }
+  }
+  for (const Shape& s : {Shape{1100, 520, 272}, Shape{2048, 2304, 1024}}) {
+    Problem p = make_block_problem(row, tile, s, seed++, 0, false);
+    ASSERT_EQ(tall_clustered->choice(p.args).kernel.cluster_m, 2);
+    check(*tall_clustered, p);
+    Problem q =
+        make_problem(per_tensor(ElemType::e4m3, ElemType::e4m3, ElemType::bf16, true), s, seed++);
+    check(*tall_clustered, q);
+  }
+}
+
 // D += A.B^T (+ bias): a plain run then an accumulating one leaves twice the
 // product, in fp32 (a main grad) and in bf16.
 TEST(GeneratedGemmGpu, AccumulateAddsIntoD) {
