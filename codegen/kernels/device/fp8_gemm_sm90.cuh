@@ -446,7 +446,7 @@ __device__ __forceinline__ void consume(const Fp8GemmParams& p, const unsigned c
     const int col0 = tile.n * kBlockN + 2 * (lane % 4);
 
     if (!kPromote) {
-      int pending = -1;
+      int pending = -1;  // the slot the last wgmma group may still be reading
       for (int kb = 0; kb < kblocks; ++kb, ++step) {
         const int s = step % kStages;
         barrier_wait(&full[s], (step / kStages) & 1);
@@ -475,6 +475,7 @@ __device__ __forceinline__ void consume(const Fp8GemmParams& p, const unsigned c
       for (int kb = 0; kb < kblocks; ++kb, ++step) {
         const int s = step % kStages;
         barrier_wait(&full[s], (step / kStages) & 1);
+        // This K block's scales, out of the stage before it is released.
         float sa0[kWaves], sa1[kWaves];
         float sb_uniform = b_per_tensor;
         float sb[kBlockScaled && !kUniformBScale && !kTwoBScales ? kThreadColumns : 1];
@@ -510,6 +511,8 @@ __device__ __forceinline__ void consume(const Fp8GemmParams& p, const unsigned c
           wgmma_wait<0>();
           pin(part);
           if (w == kWaves - 1) release(s);
+          // part[4j + 2h + c] is row (h ? row1 : row0) of wave w, column
+          // col0 + 8j + c.
           if (kTwoBScales) {
             const int split = 128 - (tile.n * kBlockN) % 128;
 #pragma unroll
