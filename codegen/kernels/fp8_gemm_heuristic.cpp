@@ -53,9 +53,13 @@ Fp8GemmChoice choose_fp8_gemm(const Fp8GemmShape& shape, int sms) {
   // 8192^3 and 4096 x 7168 x 16384. Per-tensor they measured no faster than
   // 128 x 160 (promoted) or 128 x 256 (fast), so they are not picked there.
   const bool tall = k.block_scaled() && k.b_scale_rows == 128 && shape.m > 128;
+  // An explicit height (tuning) is the only candidate, the width chosen for
+  // it; where it fits no width, it stays, and fp8_gemm_problem() says why.
+  const int first = shape.block_m > 0 ? shape.block_m : k.block_m;
+  const int second = shape.block_m > 0 || !tall ? 0 : 256;
   double best_time = 0;
-  int best_m = k.block_m, best_n = 64;
-  for (int m : {k.block_m, tall ? 256 : 0}) {
+  int best_m = first, best_n = 64;
+  for (int m : {first, second}) {
     if (m == 0) continue;
     const std::int64_t tiles_m = ceil_div(std::max<std::int64_t>(shape.m, 1), m);
     for (int n : k.block_scaled() ? block_widths : promoted ? promoted_widths : fast_widths) {
@@ -77,7 +81,7 @@ Fp8GemmChoice choose_fp8_gemm(const Fp8GemmShape& shape, int sms) {
       }
     }
   }
-  k.block_m = shape.block_m > 0 ? shape.block_m : best_m;
+  k.block_m = best_m;
   k.block_n = shape.block_n > 0 ? shape.block_n : best_n;
   const std::int64_t tiles_m = ceil_div(std::max<std::int64_t>(shape.m, 1), k.block_m);
   k.stages = 8;

@@ -185,14 +185,17 @@ TEST(Fp8GemmHeuristic, TallTilesOnlyForBlockScalingOver128x128Blocks) {
   block.b_scale_rows = 128;
   EXPECT_EQ(choose_fp8_gemm({8192, 8192, 8192, block}, kH200Sms).kernel.block_m, 256);
   EXPECT_EQ(choose_fp8_gemm({100, 8192, 8192, block}, kH200Sms).kernel.block_m, 128);
-  // An explicit height (FP8C_GEMM_BLOCK_M) wins, and the ring is sized for it.
-  Fp8GemmShape forced{8192, 8192, 8192, Fp8GemmKernel{}};
-  forced.block_m = 256;
-  forced.block_n = 128;
-  const Fp8GemmChoice c = choose_fp8_gemm(forced, kH200Sms);
-  EXPECT_EQ(c.kernel.block_m, 256);
-  EXPECT_EQ(fp8_gemm_problem(c.kernel), "");
-  EXPECT_EQ(c.ctas, kH200Sms);
+  // An explicit height (FP8C_GEMM_BLOCK_M) wins, with a width and a ring
+  // chosen for it (2304 columns: 144 wide at 128 rows, promoted), for every
+  // form that can take it.
+  for (const Fp8GemmKernel& form : forms()) {
+    Fp8GemmShape forced{2048, 2304, 1024, form};
+    forced.block_m = 256;
+    const Fp8GemmChoice c = choose_fp8_gemm(forced, kH200Sms);
+    EXPECT_EQ(c.kernel.block_m, 256) << c.kernel.name();
+    // A 1x128 B cannot take 256 rows at any width: the choice says so.
+    EXPECT_EQ(fp8_gemm_problem(c.kernel).empty(), form.b_scale_rows != 1) << c.kernel.name();
+  }
 }
 
 // This test's instance number ("Name/3" -> "3"): a cache folder per test,

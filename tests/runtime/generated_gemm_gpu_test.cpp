@@ -236,7 +236,7 @@ TEST(GeneratedGemmGpu, BlockScaledFusedEpilogues) {
 // (rows 64 w + 128 v), the second partly or wholly below M on most of these
 // shapes; per-tensor fast and promoted, block-scaled over 128x128 B blocks in
 // both scale orders, the fused epilogues, and clusters of two whose last
-// pair's second tile lies below M (1100 rows: 5 tiles of 256).
+// pair's second tile lies below M (2200 rows: 9 tiles of 256).
 TEST(GeneratedGemmGpu, TallTilesComputeTwoWavesPerWarpgroup) {
   REQUIRE_HOPPER();
   ::setenv("FP8C_GEMM_BLOCK_M", "256", 1);
@@ -272,7 +272,7 @@ TEST(GeneratedGemmGpu, TallTilesComputeTwoWavesPerWarpgroup) {
       check(*tall, q);
     }
   }
-  for (const Shape& s : {Shape{1100, 520, 272}, Shape{2048, 2304, 1024}}) {
+  for (const Shape& s : {Shape{2200, 520, 272}, Shape{2048, 2304, 1024}}) {
     Problem p = make_block_problem(row, tile, s, seed++, 0, false);
     ASSERT_EQ(tall_clustered->choice(p.args).kernel.cluster_m, 2);
     check(*tall_clustered, p);
