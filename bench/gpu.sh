@@ -36,7 +36,7 @@ pack() {
 trap pack EXIT
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$out/gpu.txt"
 
-# Both test programs in gtest shards, all at once (runtime tests: 6 shards,
+# Both test programs in gtest shards, all at once (runtime tests: 8 shards,
 # GPU-bound; executor tests: 12 shards, bound by the CPU oracle, which spreads
 # its GEMMs over the cores; 8 shards left one with two of the slowest example
 # tests past its 450 s at 00ae176); each program's shards end up in one log. The
@@ -99,8 +99,10 @@ done
 repeats_pid=$!
 # (420 s: at 260aa94 one shard ran past 330 s with the repeats and sanitizers beside it.
 # 6 shards: at 4362e1a, with both kernel backends' tests, shard 2 of 4 took 255 s alone and
-# was killed at 420 s beside the sanitizers; 6 is not yet measured on the H200.)
-run_sharded tests "$build/tests/runtime/runtime_tests" 6 ${FP8C_RUNTIME_LIMIT:-420} & runtime_pid=$!
+# was killed at 420 s beside the sanitizers; 6 ran at 6fd654d on the H200.
+# 8 shards: at 508dfd9, on an H100, the last of 6 shards was killed at 420 s with 10 of its 257
+# tests left, after the generated GEMM's 256-row tests were added; 8 is not yet measured.)
+run_sharded tests "$build/tests/runtime/runtime_tests" 8 ${FP8C_RUNTIME_LIMIT:-420} & runtime_pid=$!
 run_sharded executor_tests "$build/tests/gpu/gpu_executor_tests" 12 ${FP8C_EXECUTOR_LIMIT:-450} & executor_pid=$!
 wait $runtime_pid || tests=1
 wait $executor_pid || tests=1
