@@ -293,26 +293,24 @@ TEST_P(Fp8GemmCompile, WidestAcceptedTilesCompileWithoutSpills) {
   k.d = ElemType::e4m3;
   k.bias = k.aux = k.amax = true;
   k.activation = Activation::gelu;
-  std::vector<Fp8GemmKernel> widest;
-  for (int n = 256; n >= 16 && widest.size() < 2; n -= 16) {
-    k.block_n = n;
-    k.stages = 8;
-    while (k.stages > 2 && k.shared_bytes() > kSm90SharedBytes) --k.stages;
-    if (fp8_gemm_problem(k).empty()) widest.push_back(k);
-  }
+  // The `count` widest tiles of `k`'s height that it accepts, each with as
+  // many stages as shared memory holds.
+  const auto widest_accepted = [](Fp8GemmKernel k, std::size_t count) {
+    std::vector<Fp8GemmKernel> out;
+    for (int n = 256; n >= 16 && out.size() < count; n -= 16) {
+      k.block_n = n;
+      k.stages = 8;
+      while (k.stages > 2 && k.shared_bytes() > kSm90SharedBytes) --k.stages;
+      if (fp8_gemm_problem(k).empty()) out.push_back(k);
+    }
+    return out;
+  };
+  std::vector<Fp8GemmKernel> widest = widest_accepted(k, 2);
   ASSERT_EQ(widest.size(), 2u);
   // And the widest 256-row tile, where the scaling allows one (two waves of
   // accumulators through the same epilogue).
   k.block_m = 256;
-  for (int n = 256; n >= 16; n -= 16) {
-    k.block_n = n;
-    k.stages = 8;
-    while (k.stages > 2 && k.shared_bytes() > kSm90SharedBytes) --k.stages;
-    if (fp8_gemm_problem(k).empty()) {
-      widest.push_back(k);
-      break;
-    }
-  }
+  for (const Fp8GemmKernel& tall : widest_accepted(k, 1)) widest.push_back(tall);
   EXPECT_EQ(widest.size(), k.b_scale_rows == 1 ? 2u : 3u);
   for (const Fp8GemmKernel& w : with_k_major_scales(widest)) sources.push_back(emit_cuda(w));
   testing::expect_compiles_without_spills(sources,

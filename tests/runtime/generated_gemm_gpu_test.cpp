@@ -263,8 +263,8 @@ TEST(GeneratedGemmGpu, TallTilesComputeTwoWavesPerWarpgroup) {
       check(*tall, p);
     }
   for (Form f : epilogue_forms()) {
+    f.fast_accumulate = false;
     for (const Shape& s : {kShapes[2], kShapes[4]}) {
-      f.fast_accumulate = false;
       Problem p = make_problem(f, s, seed++);
       check(*tall, p);
       Problem q =

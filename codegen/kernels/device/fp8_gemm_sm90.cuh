@@ -64,8 +64,10 @@
 namespace fp8c_gemm {
 
 constexpr int kConsumers = kBlockM >= 128 ? 2 : 1;
-// 64-row waves of the tile each math warpgroup computes in turn.
-constexpr int kWaves = kBlockM / (64 * kConsumers);
+// 64-row waves of the tile each math warpgroup computes in turn; a wave of
+// all math warpgroups covers kWaveRows rows.
+constexpr int kWaveRows = 64 * kConsumers;
+constexpr int kWaves = kBlockM / kWaveRows;
 constexpr int kThreads = 128 * (kConsumers + 1);
 constexpr int kBlockK = 128;  // bytes: one 128-byte swizzle row
 constexpr int kATileBytes = kBlockM * kBlockK;
@@ -223,24 +225,26 @@ __device__ __forceinline__ void pin(float (&acc)[kAccumulators]) {
 #pragma unroll
   for (int i = 0; i < kAccumulators; ++i) asm volatile("" : "+f"(acc[i])::"memory");
 }
+__device__ __forceinline__ void pin(float (&acc)[kWaves][kAccumulators]) {
+#pragma unroll
+  for (int w = 0; w < kWaves; ++w) pin(acc[w]);
+}
 
 // Fast accumulation: 128 K of every wave of this warpgroup, one commit group.
 __device__ __forceinline__ void wgmma_waves(float (&acc)[kWaves][kAccumulators],
                                             const unsigned char* a_slice, unsigned long long b,
                                             bool accumulate) {
-#pragma unroll
-  for (int w = 0; w < kWaves; ++w) pin(acc[w]);
+  pin(acc);
   wgmma_fence();
 #pragma unroll
   for (int w = 0; w < kWaves; ++w) {
-    const unsigned long long a = tile_descriptor(a_slice + w * kConsumers * 64 * kBlockK);
+    const unsigned long long a = tile_descriptor(a_slice + w * kWaveRows * kBlockK);
 #pragma unroll
     for (int kk = 0; kk < kBlockK / 32; ++kk)
       wgmma_m64k32(acc[w], a + 2 * kk, b + 2 * kk, (accumulate || kk > 0) ? 1 : 0);
   }
   wgmma_commit();
-#pragma unroll
-  for (int w = 0; w < kWaves; ++w) pin(acc[w]);
+  pin(acc);
 }
 
 // 128 K of one math warpgroup's 64 x kBlockN tile; `accumulate` false: the
@@ -440,7 +444,8 @@ __device__ __forceinline__ void consume(const Fp8GemmParams& p, const unsigned c
   unsigned step = 0;
   for (int index = first_tile; index < tiles; index += tile_stride) {
     const Tile tile = tile_at(index, tiles_m, tiles_n, p.tile_group);
-    // This thread's accumulator rows in wave v: row_base + 128 v, and 8 below.
+    // This thread's accumulator rows in wave v: row_base + kWaveRows v, and 8
+    // below.
     const int row_base =
         (tile.m * kClusterM + rank) * kBlockM + warpgroup * 64 + warp * 16 + lane / 4;
     const int col0 = tile.n * kBlockN + 2 * (lane % 4);
@@ -453,14 +458,12 @@ __device__ __forceinline__ void consume(const Fp8GemmParams& p, const unsigned c
         wgmma_waves(acc, a_slice + s * kATileBytes, tile_descriptor(b_tiles + s * kBTileBytes),
                     kb > 0);
         wgmma_wait<1>();
-#pragma unroll
-        for (int w = 0; w < kWaves; ++w) pin(acc[w]);
+        pin(acc);
         if (pending >= 0) release(pending);
         pending = s;
       }
       wgmma_wait<0>();
-#pragma unroll
-      for (int w = 0; w < kWaves; ++w) pin(acc[w]);
+      pin(acc);
       if (pending >= 0) release(pending);
       const float alpha = a_per_tensor * b_per_tensor;
 #pragma unroll
@@ -486,7 +489,7 @@ __device__ __forceinline__ void consume(const Fp8GemmParams& p, const unsigned c
           const float* slot = scale_slots + s * kScaleSlotFloats;
 #pragma unroll
           for (int w = 0; w < kWaves; ++w) {
-            const int r = w * kConsumers * 64 + warpgroup * 64 + warp * 16 + lane / 4;
+            const int r = w * kWaveRows + warpgroup * 64 + warp * 16 + lane / 4;
             sa0[w] = slot[r];
             sa1[w] = slot[r + 8];
           }
@@ -505,8 +508,7 @@ __device__ __forceinline__ void consume(const Fp8GemmParams& p, const unsigned c
         }
 #pragma unroll
         for (int w = 0; w < kWaves; ++w) {
-          wgmma_block(part,
-                      tile_descriptor(a_slice + w * kConsumers * 64 * kBlockK + s * kATileBytes),
+          wgmma_block(part, tile_descriptor(a_slice + w * kWaveRows * kBlockK + s * kATileBytes),
                       tile_descriptor(b_tiles + s * kBTileBytes), false);
           wgmma_wait<0>();
           pin(part);
@@ -561,7 +563,7 @@ __device__ __forceinline__ void consume(const Fp8GemmParams& p, const unsigned c
       }
 #pragma unroll
       for (int w = 0; w < kWaves; ++w) {
-        const int row0 = row_base + w * kConsumers * 64;
+        const int row0 = row_base + w * kWaveRows;
         const int row1 = row0 + 8;
         if (row0 < p.m)
           finish_pair(p, row0, col, acc[w][4 * j], acc[w][4 * j + 1], b0, b1, both, d_scale, amax);
