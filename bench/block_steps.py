@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Block-scaled layer steps with cuBLASLt's block-scaled FP8 GEMM against the
-dequantize path they took before (FP8C_BLOCK_SCALED_GEMM=0: operands
-dequantized to bf16, bf16 GEMMs), in one run on one GPU, runs interleaved.
+"""Block-scaled layer steps as the spec runs them (gemm = auto: cuBLASLt's
+block-scaled FP8 GEMM, or the generated GEMM for the forms cuBLASLt lacks,
+MXFP8 among them) against the dequantize path they took before
+(FP8C_BLOCK_SCALED_GEMM=0 --gemm cublaslt: operands dequantized to bf16, bf16
+GEMMs), in one run on one GPU, runs interleaved.
 
   bench/block_steps.py FP8C_BINARY COMMIT OUT_JSON [SPEC...]
 
@@ -22,7 +24,10 @@ LINE = re.compile(r"^layer (\S+) \((\d+) tokens, in (\d+), out (\d+)\): step ([\
 
 def bench(binary, spec, block):
     env = dict(os.environ, FP8C_BLOCK_SCALED_GEMM="1" if block else "0")
-    out = subprocess.run([binary, "bench", spec, "--tokens", "8192"], env=env,
+    # The path before: every layer on cuBLASLt, which then dequantizes (auto
+    # would put those GEMMs on the generated GEMM, MXFP8's among them).
+    extra = [] if block else ["--gemm", "cublaslt"]
+    out = subprocess.run([binary, "bench", spec, "--tokens", "8192"] + extra, env=env,
                          capture_output=True, text=True, timeout=180)
     if out.returncode != 0:
         raise RuntimeError(f"{spec}: fp8c bench exited {out.returncode}: {out.stderr[-500:]}")
@@ -69,8 +74,8 @@ def main():
     record = {"benchmark": "block_scaled_steps", "commit": commit,
               "gpu": gpu[0] if gpu else "unknown",
               "date": datetime.date.today().isoformat(),
-              "peer": "fp8c with FP8C_BLOCK_SCALED_GEMM=0 (operands dequantized to bf16, "
-                      "bf16 cuBLASLt GEMMs: the path before block-scaled FP8 GEMMs)",
+              "peer": "fp8c with FP8C_BLOCK_SCALED_GEMM=0 --gemm cublaslt (operands dequantized "
+                      "to bf16, bf16 cuBLASLt GEMMs: the path before block-scaled FP8 GEMMs)",
               "cases": cases}
     with open(out_json, "w") as f:
         json.dump(record, f, indent=1)

@@ -2,12 +2,16 @@
 // a test), on the issue's shapes, per-tensor (fast accumulation) and
 // 1x128 x 128x128 block-scaled, bf16 D; and "fused": per-tensor with bias,
 // GELU, an e4m3 D with its scale and amax, against the same generated GEMM
-// with a plain bf16 D (what the fusion costs) and cuBLASLt's fused epilogue. Follows the device
+// with a plain bf16 D (what the fusion costs) and cuBLASLt's fused epilogue; and "mx": MXFP8
+// (1x32 blocks, E8M0 scale codes) by promotion per 32 K, against cuBLASLt's 1x128 x 128x128
+// block-scaled GEMM on the same FP8 bytes (Hopper's cuBLASLt has no MXFP8 GEMM: the nearest
+// form a block-scaled user has). Follows the device
 // METHOD: FLOPs counted, each runner's D checked before timing (against a float64 reference on
 // sampled elements, and the two runners against each other on every element), warm-up, median of
 // many runs timed with CUDA events, operand sets rotated so that no run finds its inputs in L2.
 //
-//   build/bench/gemm_bench [--iters N] [--json FILE] [--only per_tensor|block|fused] [--promoted]
+//   build/bench/gemm_bench [--iters N] [--json FILE] [--only per_tensor|block|fused|mx]
+//                          [--promoted]
 //                          [--shape MxNxK]...
 //
 // cuBLASLt here is fp8c's runner (runtime/gemm): the heuristic's first
@@ -38,7 +42,7 @@ struct Shape {
   std::int64_t m, n, k;
 };
 
-enum class Mode { per_tensor, block, fused };
+enum class Mode { per_tensor, block, fused, mx };
 
 // --promoted: per-tensor GEMMs promote every 128 K (what the executor's
 // layers run) instead of accumulating fast.
@@ -47,6 +51,7 @@ bool g_promoted = false;
 const char* mode_name(Mode m) {
   return m == Mode::per_tensor ? (g_promoted ? "per_tensor_promoted" : "per_tensor_fast")
          : m == Mode::block    ? "block_1x128_128x128"
+         : m == Mode::mx       ? "mxfp8_1x32"
                                : "fused_bias_gelu_e4m3_amax";
 }
 
@@ -94,11 +99,26 @@ double median(std::vector<double> v) {
 // One operand set on the device and on the host (for the reference).
 struct Operands {
   std::vector<unsigned char> a, b;
-  std::vector<float> sa, sb;  // block scales (1x128 K-block-major, 128x128), or one each
-  DeviceBuffer da, db, dsa, dsb;
+  std::vector<float> sa, sb;          // block scales (1x128 K-block-major, 128x128), or one each
+  std::vector<unsigned char> ca, cb;  // mx: E8M0 codes, [rows][ceil(K / 32)]
+  DeviceBuffer da, db, dsa, dsb, dca, dcb;
 };
 
-Operands make_operands(const Shape& s, bool block, std::uint64_t seed, bool keep_host) {
+// MXFP8 scale codes: 2^-8..2^2 (119..129), the spread a quantizer gives
+// rows of moderately different magnitudes.
+std::vector<unsigned char> random_codes(std::size_t n, std::uint64_t seed) {
+  std::vector<unsigned char> v(n);
+  std::uint64_t x = seed * 2862933555777941757ull + 3037000493ull;
+  for (auto& c : v) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    c = static_cast<unsigned char>(119 + (x >> 33) % 11);
+  }
+  return v;
+}
+
+Operands make_operands(const Shape& s, Mode mode, std::uint64_t seed, bool keep_host) {
+  // The mx mode's peer reads the same bytes block-scaled.
+  const bool block = mode == Mode::block || mode == Mode::mx;
   Operands o;
   o.a = random_fp8(static_cast<std::size_t>(s.m * s.k), seed);
   o.b = random_fp8(static_cast<std::size_t>(s.n * s.k), seed + 1);
@@ -113,6 +133,15 @@ Operands make_operands(const Shape& s, bool block, std::uint64_t seed, bool keep
   o.dsa.upload(o.sa.data(), o.sa.size() * 4);
   o.dsb = DeviceBuffer(o.sb.size() * 4);
   o.dsb.upload(o.sb.data(), o.sb.size() * 4);
+  if (mode == Mode::mx) {
+    const std::size_t row_codes = static_cast<std::size_t>((s.k + 31) / 32);
+    o.ca = random_codes(row_codes * static_cast<std::size_t>(s.m), seed + 4);
+    o.cb = random_codes(row_codes * static_cast<std::size_t>(s.n), seed + 5);
+    o.dca = DeviceBuffer(o.ca.size());
+    o.dca.upload(o.ca.data(), o.ca.size());
+    o.dcb = DeviceBuffer(o.cb.size());
+    o.dcb.upload(o.cb.data(), o.cb.size());
+  }
   if (!keep_host) {
     o.a = {};
     o.b = {};
@@ -145,8 +174,17 @@ Epilogue make_epilogue(const Shape& s) {
   return e;
 }
 
-GemmArgs args_for(const Shape& s, bool block, const Operands& o, CUdeviceptr d) {
+GemmArgs args_for(const Shape& s, Mode mode, const Operands& o, CUdeviceptr d) {
+  const bool block = mode == Mode::block;
   GemmArgs g;
+  if (mode == Mode::mx) {
+    g.a = {o.da.get(), ElemType::e4m3, s.m, s.k, s.k, Scaling::mx_1x32, o.dca.get()};
+    g.b = {o.db.get(), ElemType::e4m3, s.n, s.k, s.k, Scaling::mx_1x32, o.dcb.get()};
+    g.d = d;
+    g.d_type = ElemType::bf16;
+    g.ldd = s.n;
+    return g;
+  }
   const Scaling sa = block ? Scaling::block_1x128 : Scaling::per_tensor;
   const Scaling sb = block ? Scaling::block_128x128 : Scaling::per_tensor;
   g.a = {o.da.get(), ElemType::e4m3, s.m, s.k, s.k, sa, o.dsa.get()};
@@ -160,20 +198,22 @@ GemmArgs args_for(const Shape& s, bool block, const Operands& o, CUdeviceptr d) 
 }
 
 // D[i][j] in float64 from the operands as stored, and sum |a b| for the bound.
-void reference(const Shape& s, bool block, const Operands& o, std::int64_t i, std::int64_t j,
+void reference(const Shape& s, Mode mode, const Operands& o, std::int64_t i, std::int64_t j,
                double* value, double* abs_sum) {
-  const std::int64_t nb = (s.k + 127) / 128;
+  const bool block = mode == Mode::block, mx = mode == Mode::mx;
+  const std::int64_t width = mx ? 32 : 128, nb = (s.k + width - 1) / width;
   double sum = 0, mag = 0;
   for (std::int64_t kb = 0; kb < nb; ++kb) {
     double part = 0, part_mag = 0;
-    for (std::int64_t q = kb * 128; q < std::min(s.k, (kb + 1) * 128); ++q) {
+    for (std::int64_t q = kb * width; q < std::min(s.k, (kb + 1) * width); ++q) {
       const double x = numerics::fp8_to_float(o.a[i * s.k + q], ElemType::e4m3);
       const double y = numerics::fp8_to_float(o.b[j * s.k + q], ElemType::e4m3);
       part += x * y;
       part_mag += std::fabs(x * y);
     }
-    const double scale =
-        block ? double(o.sa[kb * s.m + i]) * o.sb[(j / 128) * nb + kb] : double(o.sa[0]) * o.sb[0];
+    const double scale = mx ? std::ldexp(1.0, int(o.ca[i * nb + kb]) + int(o.cb[j * nb + kb]) - 254)
+                         : block ? double(o.sa[kb * s.m + i]) * o.sb[(j / 128) * nb + kb]
+                                 : double(o.sa[0]) * o.sb[0];
     sum += part * scale;
     mag += part_mag * std::fabs(scale);
   }
@@ -209,8 +249,8 @@ bool check_fused(GeneratedGemmRunner& ours, GemmRunner& cublaslt, const Shape& s
                  const Epilogue& e, Stream& stream, double* worst_out) {
   const std::size_t elements = static_cast<std::size_t>(s.m * s.n);
   DeviceBuffer d_ours(elements), d_lt(elements);
-  const GemmArgs g_ours = fused(args_for(s, false, o, d_ours.get()), e);
-  const GemmArgs g_lt = fused(args_for(s, false, o, d_lt.get()), e);
+  const GemmArgs g_ours = fused(args_for(s, Mode::fused, o, d_ours.get()), e);
+  const GemmArgs g_lt = fused(args_for(s, Mode::fused, o, d_lt.get()), e);
   std::string why;
   if (!ours.supports(g_ours, &why)) throw std::runtime_error("generated GEMM refuses: " + why);
   if (!cublaslt.supports(g_lt, &why)) throw std::runtime_error("cuBLASLt refuses: " + why);
@@ -230,7 +270,7 @@ bool check_fused(GeneratedGemmRunner& ours, GemmRunner& cublaslt, const Shape& s
   for (int t = 0; t < 256; ++t) {
     const std::int64_t i = (t * 7919ll) % s.m, j = (t * 104729ll + t / 3) % s.n;
     double z, mag;
-    reference(s, false, o, i, j, &z, &mag);
+    reference(s, Mode::fused, o, i, j, &z, &mag);
     z += e.bias[j];
     const double y = gelu(z);
     sampled_amax = std::max(sampled_amax, std::fabs(y));
@@ -262,7 +302,8 @@ bool check_fused(GeneratedGemmRunner& ours, GemmRunner& cublaslt, const Shape& s
 
 Result run_case(GeneratedGemmRunner& ours, GemmRunner& cublaslt, const Shape& s, Mode mode,
                 int iters) {
-  const bool block = mode == Mode::block;
+  // The peer's form: the mx mode times cuBLASLt block-scaled on the same bytes.
+  const Mode peer_mode = mode == Mode::mx ? Mode::block : mode;
   Result r;
   r.name = std::string(mode_name(mode)) + "_" + std::to_string(s.m) + "x" + std::to_string(s.n) +
            "x" + std::to_string(s.k);
@@ -272,11 +313,11 @@ Result run_case(GeneratedGemmRunner& ours, GemmRunner& cublaslt, const Shape& s,
   const double set_bytes = double(s.m + s.n) * s.k;
   const int sets = std::clamp(static_cast<int>(std::ceil(120e6 / set_bytes)), 1, 8);
   std::vector<Operands> operands;
-  for (int i = 0; i < sets; ++i) operands.push_back(make_operands(s, block, 7 + 11 * i, i == 0));
+  for (int i = 0; i < sets; ++i) operands.push_back(make_operands(s, mode, 7 + 11 * i, i == 0));
   DeviceBuffer d_ours(static_cast<std::size_t>(s.m * s.n) * 2);
   DeviceBuffer d_lt(static_cast<std::size_t>(s.m * s.n) * 2);
-  const GemmArgs check_ours = args_for(s, block, operands[0], d_ours.get());
-  const GemmArgs check_lt = args_for(s, block, operands[0], d_lt.get());
+  const GemmArgs check_ours = args_for(s, mode, operands[0], d_ours.get());
+  const GemmArgs check_lt = args_for(s, peer_mode, operands[0], d_lt.get());
   r.config = ours.choice(check_ours).kernel.name() + " on " +
              std::to_string(ours.launch_ctas(check_ours)) + " CTAs";
   std::string why;
@@ -294,7 +335,7 @@ Result run_case(GeneratedGemmRunner& ours, GemmRunner& cublaslt, const Shape& s,
   for (int t = 0; t < 256; ++t) {
     const std::int64_t i = (t * 7919ll) % s.m, j = (t * 104729ll + t / 3) % s.n;
     double want, mag;
-    reference(s, block, operands[0], i, j, &want, &mag);
+    reference(s, mode, operands[0], i, j, &want, &mag);
     const double have = numerics::bf16_to_float(got[i * s.n + j]);
     const double limit = mag / 4096 + std::fabs(want) / 128;
     worst = std::max(worst, std::fabs(have - want) / limit);
@@ -305,6 +346,12 @@ Result run_case(GeneratedGemmRunner& ours, GemmRunner& cublaslt, const Shape& s,
   std::size_t differ = 0;
   for (std::size_t e = 0; e < got.size(); ++e) {
     const double x = numerics::bf16_to_float(got[e]), y = numerics::bf16_to_float(lt[e]);
+    if (mode == Mode::mx) {
+      // Another product than cuBLASLt's: every element written (the poison
+      // is a NaN) and finite is what can be checked on all of D.
+      if (!std::isfinite(x)) ++differ;
+      continue;
+    }
     // Two summation orders and two roundings to bf16 apart; a misplaced
     // element or a wrong scale is off by about rms.
     if (!(std::fabs(x - y) <= std::fabs(y) / 64 + rms / 16)) ++differ;
@@ -324,10 +371,10 @@ Result run_case(GeneratedGemmRunner& ours, GemmRunner& cublaslt, const Shape& s,
     std::cerr << r.name << ": CHECK FAILED (worst sampled error " << worst << " x its limit, "
               << differ << " elements differ from cuBLASLt)\n";
 
-  const auto time = [&](GemmRunner& runner, DeviceBuffer& d, bool fuse) {
+  const auto time = [&](GemmRunner& runner, DeviceBuffer& d, bool fuse, Mode form) {
     std::vector<GemmArgs> all;
     for (const auto& o : operands) {
-      const GemmArgs g = args_for(s, block, o, d.get());
+      const GemmArgs g = args_for(s, form, o, d.get());
       all.push_back(fuse ? fused(g, epilogue) : g);
     }
     for (int w = 0; w < 5; ++w) runner.run(all[w % sets], stream.get());
@@ -343,9 +390,9 @@ Result run_case(GeneratedGemmRunner& ours, GemmRunner& cublaslt, const Shape& s,
     return median(ms);
   };
   const bool fuse = mode == Mode::fused;
-  r.ours_ms = time(ours, d_ours, fuse);
-  r.cublaslt_ms = time(cublaslt, d_lt, fuse);
-  if (fuse) r.plain_ms = time(ours, d_ours, false);
+  r.ours_ms = time(ours, d_ours, fuse, mode);
+  r.cublaslt_ms = time(cublaslt, d_lt, fuse, peer_mode);
+  if (fuse) r.plain_ms = time(ours, d_ours, false, mode);
   const double flops = 2.0 * s.m * s.n * s.k;
   r.ours_tflops = flops / (r.ours_ms * 1e-3) / 1e12;
   r.cublaslt_tflops = flops / (r.cublaslt_ms * 1e-3) / 1e12;
@@ -376,7 +423,7 @@ int main(int argc, char** argv) {
       }
       shapes.push_back(s);
     } else {
-      std::cerr << "usage: gemm_bench [--iters N] [--json FILE] [--only per_tensor|block|fused] "
+      std::cerr << "usage: gemm_bench [--iters N] [--json FILE] [--only per_tensor|block|fused|mx] "
                    "[--promoted] "
                    "[--shape MxNxK]...\n";
       return 2;
@@ -393,9 +440,10 @@ int main(int argc, char** argv) {
     auto cublaslt = make_cublaslt_runner();
     std::vector<Result> results;
     bool all_ok = true;
-    for (Mode mode : {Mode::per_tensor, Mode::block, Mode::fused}) {
+    for (Mode mode : {Mode::per_tensor, Mode::block, Mode::fused, Mode::mx}) {
       const char* key = mode == Mode::per_tensor ? "per_tensor"
                         : mode == Mode::block    ? "block"
+                        : mode == Mode::mx       ? "mx"
                                                  : "fused";
       if (!only.empty() && only != key) continue;
       for (const Shape& s : shapes) {
@@ -420,9 +468,11 @@ int main(int argc, char** argv) {
         out << "    {\"name\": \"" << r.name << "\", \"m\": " << r.shape.m
             << ", \"n\": " << r.shape.n << ", \"k\": " << r.shape.k << ", \"config\": \""
             << r.config << "\", \"ours_ms\": " << r.ours_ms
-            << ", \"ours_tflops\": " << r.ours_tflops
-            << ", \"peer\": \"cublaslt (fp8c runner, heuristic first)\", \"peer_ms\": "
-            << r.cublaslt_ms << ", \"peer_tflops\": " << r.cublaslt_tflops
+            << ", \"ours_tflops\": " << r.ours_tflops << ", \"peer\": \""
+            << (r.name.rfind("mxfp8", 0) == 0
+                    ? "cublaslt 1x128 x 128x128 block-scaled on the same bytes (no MXFP8 on sm_90)"
+                    : "cublaslt (fp8c runner, heuristic first)")
+            << "\", \"peer_ms\": " << r.cublaslt_ms << ", \"peer_tflops\": " << r.cublaslt_tflops
             << ", \"ratio\": " << r.cublaslt_ms / r.ours_ms;
         if (r.plain_ms > 0)
           out << ", \"plain_generated_ms\": " << r.plain_ms

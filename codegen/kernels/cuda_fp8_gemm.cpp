@@ -75,16 +75,20 @@ std::string device_code() {
 
 std::size_t Fp8GemmKernel::shared_bytes() const {
   // Per stage: the A and B tiles (128 bytes of K a row), and when
-  // block-scaled the tile's row and column scales (fp8_gemm_sm90.cuh).
-  const std::size_t scale_floats = block_scaled() ? block_m + block_n : 0;
-  return static_cast<std::size_t>(stages) * (128 * (block_m + block_n) + 4 * scale_floats) +
-         kBarrierBytes + 1024;
+  // block-scaled the tile's row and column scales (fp8_gemm_sm90.cuh):
+  // a float each, or with MXFP8 four floats (one per 32 K) and the word of
+  // four E8M0 codes they are decoded from.
+  const std::size_t rows = static_cast<std::size_t>(block_m + block_n);
+  const std::size_t scale_bytes = mx ? rows * (16 + 4) : block_scaled() ? rows * 4 : 0;
+  return static_cast<std::size_t>(stages) * (128 * rows + scale_bytes) + kBarrierBytes + 1024;
 }
 
 std::string Fp8GemmKernel::name() const {
   std::ostringstream s;
   s << "fp8_gemm_" << ptx_type(a) << "_" << ptx_type(b) << "_" << to_string(d) << "_";
-  if (block_scaled()) {
+  if (mx) {
+    s << "mx";
+  } else if (block_scaled()) {
     s << "b" << a_scale_rows << "x" << b_scale_rows;
     if (a_scales_k_major || b_scales_k_major)
       s << "_km" << (a_scales_k_major ? "a" : "") << (b_scales_k_major ? "b" : "");
@@ -118,6 +122,9 @@ std::string fp8_gemm_problem(const Fp8GemmKernel& k) {
     return "operands must both be per-tensor or both block-scaled";
   if ((k.a_scales_k_major && k.a_scale_rows != 1) || (k.b_scales_k_major && k.b_scale_rows != 1))
     return "only 1x128 scales can be read K-block-major";
+  if (k.mx &&
+      (k.a_scale_rows != 1 || k.b_scale_rows != 1 || k.a_scales_k_major || k.b_scales_k_major))
+    return "MXFP8 scales are 1x32 row-major on both operands (scale rows 1, not K-block-major)";
   if (k.block_scaled() && k.fast_accumulate)
     return "block scaling promotes every 128 K; fast accumulation is per-tensor only";
   if (k.block_m != 64 && k.block_m != 128 && k.block_m != 256)
@@ -125,8 +132,9 @@ std::string fp8_gemm_problem(const Fp8GemmKernel& k) {
   // A 256-row tile keeps two 64-row waves of accumulators per math thread
   // (and one partial set when promoting): at most 128 wide, and no room for
   // a 1x128 B's per-column scales (NVRTC spills there).
-  if (k.block_m == 256 && (k.block_n > 128 || k.b_scale_rows == 1))
-    return "256-row tiles need block_n at most 128 and a B that is not 1x128-scaled";
+  if (k.block_m == 256 && (k.block_n > 128 || k.b_scale_rows == 1 || k.mx))
+    return "256-row tiles need block_n at most 128 and a B that is neither 1x128-scaled nor "
+           "MXFP8";
   if (k.block_n < 16 || k.block_n > 256 || k.block_n % 16 != 0)
     return "block_n must be a multiple of 16 in [16, 256]";
   // Accumulators per math thread: block_n / 2, twice when promoting, out of
@@ -134,6 +142,12 @@ std::string fp8_gemm_problem(const Fp8GemmKernel& k) {
   // that compile without spills (Fp8GemmCompile tests).
   // A 1x128 B keeps a scale per column of the thread's (block_n / 4
   // registers); 128x128 B tiles one or two.
+  // MXFP8 promotes every 32 K with a fresh partial set: block_n / 2
+  // accumulators twice over, in the 168 registers a thread the math path is
+  // compiled for. At 128 wide ptxas spills a few with some epilogues and
+  // clusters, at 96 with any (Fp8GemmCompile tests).
+  if (k.mx && (k.block_n > 112 || k.block_n == 96))
+    return "MXFP8 tiles must be at most 112 wide, and not 96: those spill registers";
   if (k.block_scaled() && k.block_n > (k.b_scale_rows == 128 ? 160 : 144))
     return "block_n above " + std::string(k.b_scale_rows == 128 ? "160" : "144") +
            " leaves too few registers for block-scaled promotion";
@@ -163,6 +177,7 @@ KernelSource emit_cuda(const Fp8GemmKernel& k) {
     << "constexpr int kBScaleRows = " << k.b_scale_rows << ";\n"
     << "constexpr bool kAScalesKMajor = " << (k.a_scales_k_major ? "true" : "false") << ";\n"
     << "constexpr bool kBScalesKMajor = " << (k.b_scales_k_major ? "true" : "false") << ";\n"
+    << "constexpr bool kMx = " << (k.mx ? "true" : "false") << ";\n"
     << "constexpr bool kPromote = " << (k.promotes() ? "true" : "false") << ";\n"
     << "constexpr int kOut = " << type_code(k.d) << ";  // 0 bf16, 1 fp16, 2 fp32, 3 e4m3, 4 e5m2\n"
     << "constexpr int kClusterM = " << k.cluster_m << ";\n"

@@ -1,6 +1,6 @@
 // The dequantize kernel: what one computes, independent of how it is built
-// (dequantize_ir.cpp, as kernel IR for both backends). The plan's dequantize step: an FP8 GEMM operand as
-// high precision, for a debug fallback GEMM.
+// (dequantize_ir.cpp, as kernel IR for both backends). The plan's dequantize step: an FP8 GEMM
+// operand as high precision, for a debug fallback GEMM.
 //
 // Input: FP8 data in its usage's physical order [outer][inner], or, for an
 // all-gather output not yet permuted, rank segments along the inner dim:

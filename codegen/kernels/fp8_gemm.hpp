@@ -17,6 +17,8 @@
 //        cores accumulate all of K, without, every 128 K is promoted to fp32
 //   1    1x128 blocks: one float per row and 128 K
 //   128  128x128 blocks: one float per 128 rows and 128 K
+// or, with `mx` (both operands; scale rows 1), MXFP8: one E8M0 code byte
+// per row and 32 K, row-major [rows][ceil(K/32)], each 32 K promoted.
 // Either both operands are per-tensor or both block-scaled. A 1x128
 // operand's scales may be marked K-block-major (a_scales_k_major /
 // b_scales_k_major): a K block's scales of consecutive rows are consecutive
@@ -45,6 +47,10 @@ struct Fp8GemmKernel {
   bool a_scales_k_major = false;  // 1x128 only
   bool b_scales_k_major = false;  // 1x128 only
   bool fast_accumulate = false;   // per-tensor only
+  // MXFP8 (1x32 E8M0 codes, both operands; a/b_scale_rows 1): each 32 K
+  // lands in a fresh partial accumulator, added into the fp32 total times
+  // the row's and the column's 2^(code - 127).
+  bool mx = false;
   // 64: one math warpgroup; 128: two; 256: two, each computing two 64-row
   // waves of the tile in turn.
   int block_m = 128;

@@ -46,6 +46,8 @@ Fp8GemmChoice choose_fp8_gemm(const Fp8GemmShape& shape, int sms) {
   const std::initializer_list<int> fast_widths = {256, 192, 128, 96, 64};
   const std::initializer_list<int> promoted_widths = {160, 144, 128, 96, 64};
   const std::initializer_list<int> block_widths = {128, 96, 64};
+  // MXFP8 promotes every 32 K: the widths that compile without spills.
+  const std::initializer_list<int> mx_widths = {112, 80, 64};
   const bool promoted = k.promotes() && !k.block_scaled();
   // 256-row tiles (two 64-row waves per math warpgroup) for block scaling
   // over a 128x128 B: each K block's barrier wait and scale reads serve two
@@ -62,7 +64,10 @@ Fp8GemmChoice choose_fp8_gemm(const Fp8GemmShape& shape, int sms) {
   for (int m : {first, second}) {
     if (m == 0) continue;
     const std::int64_t tiles_m = ceil_div(std::max<std::int64_t>(shape.m, 1), m);
-    for (int n : k.block_scaled() ? block_widths : promoted ? promoted_widths : fast_widths) {
+    for (int n : k.mx               ? mx_widths
+                 : k.block_scaled() ? block_widths
+                 : promoted         ? promoted_widths
+                                    : fast_widths) {
       k.block_m = m;
       k.block_n = n;
       k.stages = 2;  // the ring is sized below; here only the tile must fit

@@ -36,11 +36,10 @@ struct Fp8GemmChoice {
 // block scaling over 128x128 B blocks; block_n the width that, with that
 // height, finishes in the fewest, fullest waves over `sms` SMs, wider
 // tiles preferred (each loaded byte feeds more MMAs; up to 256 with fast
-// accumulation, 160 promoted per-tensor, 128 block-scaled, as measured); the ring as deep as
-// shared memory allows (up to 8 stages); when `clusters`, clusters of two
-// CTAs sharing B where there are at least two tile rows and pairing them
-// wastes little (an even count, or 8 or more). Always a configuration that
-// fp8_gemm_problem() accepts.
+// accumulation, 160 promoted per-tensor, 128 block-scaled, 112 MXFP8, as measured or as registers
+// allow); the ring as deep as shared memory allows (up to 8 stages); when `clusters`, clusters of
+// two CTAs sharing B where there are at least two tile rows and pairing them wastes little (an even
+// count, or 8 or more). Always a configuration that fp8_gemm_problem() accepts.
 Fp8GemmChoice choose_fp8_gemm(const Fp8GemmShape& shape, int sms);
 
 }  // namespace fp8c

@@ -278,9 +278,10 @@ class Lowering {
     const auto inner = static_cast<std::size_t>(op.inner_dim());
     const std::uint64_t rows = op.dims[outer].local, k = op.dims[inner].local;
     const std::uint32_t k_parts = op.block_segments[inner];
-    if (k_parts > 1 && (k % k_parts != 0 || (k / k_parts) % 128 != 0))
+    const std::uint64_t block = op.scaling == Scaling::mx_1x32 ? 32 : 128;
+    if (k_parts > 1 && (k % k_parts != 0 || (k / k_parts) % block != 0))
       return op.name + "'s K blocks restart at each of its " + std::to_string(k_parts) +
-             " rank parts, which are not multiples of 128";
+             " rank parts, which are not multiples of " + std::to_string(block);
     const std::uint32_t row_parts = op.block_segments[outer];
     if (op.scaling == Scaling::block_128x128 && row_parts > 1 &&
         (rows % row_parts != 0 || (rows / row_parts) % 128 != 0))
@@ -291,10 +292,16 @@ class Lowering {
 
   // Why block-scaled `op` cannot be read one rank segment of K at a time, or
   // "" when it can: each segment needs whole K blocks, and its scales a
-  // contiguous range, which K-block-major 1x128 scales have and 128x128 ones
-  // (K blocks innermost) do not.
+  // range the GEMM can address: K-block-major 1x128 scales have it
+  // contiguous, 128x128 ones (K blocks innermost) do not; MXFP8 codes are
+  // read as rows of a given length (GemmOperand::scale_stride), so a
+  // segment's are a column range of them.
   std::string segmented_block_problem(const Tensor& op) const {
     const std::uint64_t k = op.dims[static_cast<std::size_t>(op.inner_dim())].local;
+    if (op.scaling == Scaling::mx_1x32)
+      return k % plan_.ranks != 0 || (k / plan_.ranks) % 32 != 0
+                 ? "a K segment of " + op.name + " is not a multiple of 32"
+                 : "";
     if (op.scaling != Scaling::block_1x128)
       return op.name + " is 128x128-scaled in a GEMM read one K segment at a time";
     if (k % plan_.ranks != 0 || (k / plan_.ranks) % 128 != 0)
@@ -342,13 +349,13 @@ class Lowering {
   // Why a GEMM of FP8 operands cannot run on the generated GEMM
   // (codegen/kernels/fp8_gemm.hpp), or "" when it can. It takes any type
   // pairing, per-tensor or block scales as the quantize kernels write them
-  // (1x128 row-major, 128x128 packed), any K that TMA can stride (a
-  // multiple of 16 bytes), and fuses every epilogue.
+  // (1x128 row-major, 128x128 packed, MXFP8's 1x32 E8M0 codes), any K that
+  // TMA can stride (a multiple of 16 bytes), and fuses every epilogue.
   std::string generated_gemm_problem(const GemmStep& g) const {
     const Tensor& a = t(g.a);
     const Tensor& b = t(g.b);
-    if (a.scaling == Scaling::mx_1x32 || b.scaling == Scaling::mx_1x32)
-      return "the generated GEMM has no MXFP8 (1x32, E8M0) mode yet";
+    if ((a.scaling == Scaling::mx_1x32) != (b.scaling == Scaling::mx_1x32))
+      return "one operand is MXFP8 and the other is not";
     if (a.block_scaled() != b.block_scaled())
       return "one operand is block-scaled and the other is not";
     const bool segmented = (a.segmented || b.segmented) && g.segmented_k;

@@ -47,9 +47,11 @@ struct GemmOperand {
   Scaling scaling = Scaling::none;
   CUdeviceptr scale_inv = 0;
   BlockScaleOrder scale_order = BlockScaleOrder::row_major;  // block_1x128 only
-  // block_128x128 only: floats from one row of 128x128 blocks to the next;
+  // block_128x128: floats from one row of 128x128 blocks to the next;
   // 0: packed, ceil(k / 128). cuBLASLt reads rows padded to a multiple of 4
-  // blocks (cublaslt_requirements.hpp).
+  // blocks (cublaslt_requirements.hpp). mx_1x32: E8M0 codes (bytes) from
+  // one row to the next; 0: packed, ceil(k / 32) (a K range of a wider
+  // operand keeps the whole operand's row length).
   std::int64_t scale_stride = 0;
   // High precision only: stored [k][rows] (K outermost, ld >= rows), as a
   // recipe-none layer's wgrad and dgrad read their row-major inputs.

@@ -24,9 +24,12 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
   return (a + b - 1) / b;
 }
 
-// Scale rows of an operand's scaling in the kernel's terms (fp8_gemm.hpp).
+// Scale rows of an operand's scaling in the kernel's terms (fp8_gemm.hpp):
+// MXFP8's 1x32 blocks are rows of their own too (the kernel's `mx`).
 int scale_rows(Scaling s) {
-  return s == Scaling::block_1x128 ? 1 : s == Scaling::block_128x128 ? 128 : 0;
+  return s == Scaling::block_1x128 || s == Scaling::mx_1x32 ? 1
+         : s == Scaling::block_128x128                      ? 128
+                                                            : 0;
 }
 
 bool aligned(CUdeviceptr p, unsigned bytes) {
@@ -53,8 +56,6 @@ std::string operand_problem(const GemmOperand& o, const char* which) {
   if (o.ld < o.k) return name + ": leading dimension below K";
   if (o.rows <= 0 || o.rows > 0x7FFFFFFF || o.k <= 0 || o.k > 0x7FFFFFFF)
     return name + ": rows or K out of range (1 to 2^31 - 1)";
-  if (o.scaling == Scaling::mx_1x32)
-    return name + " is MXFP8; the generated GEMM has no 1x32 mode yet";
   if (o.scaling == Scaling::none) return name + " has no scale";
   if (o.scale_inv == 0) return name + " has no scale_inv";
   return {};
@@ -66,6 +67,12 @@ std::string args_problem(const GemmArgs& g) {
   if (g.a.k != g.b.k) return "A and B disagree on K";
   if ((g.a.scaling == Scaling::per_tensor) != (g.b.scaling == Scaling::per_tensor))
     return "one operand per-tensor and one block-scaled";
+  if ((g.a.scaling == Scaling::mx_1x32) != (g.b.scaling == Scaling::mx_1x32))
+    return "one operand MXFP8 and the other not";
+  for (const GemmOperand* o : {&g.a, &g.b})
+    if (o->scaling == Scaling::mx_1x32 && o->scale_stride != 0 &&
+        o->scale_stride < ceil_div(o->k, 32))
+      return "an MXFP8 scale row shorter than ceil(K / 32) codes";
   if (g.d == 0) return "no D";
   // Elements are written two at a time: pairs must be aligned.
   const auto pairs_fit = [&](CUdeviceptr at, std::int64_t ld, ElemType t) {
@@ -261,6 +268,10 @@ class Runner final : public GeneratedGemmRunner {
         *row = o.scale_stride ? o.scale_stride : nb;
         *kblock = 1;
         return;
+      case Scaling::mx_1x32:  // bytes: [rows][ceil(k / 32)] E8M0 codes, or rows scale_stride apart
+        *row = o.scale_stride ? o.scale_stride : ceil_div(o.k, 32);
+        *kblock = 4;
+        return;
       default:
         *row = *kblock = 0;
     }
@@ -291,6 +302,7 @@ Fp8GemmChoice generated_gemm_choice(const GemmArgs& g, bool clusters, int sms, i
   shape.form.b_scale_rows = scale_rows(g.b.scaling);
   shape.form.a_scales_k_major = scales_k_major(g.a);
   shape.form.b_scales_k_major = scales_k_major(g.b);
+  shape.form.mx = g.a.scaling == Scaling::mx_1x32;
   shape.form.fast_accumulate = g.a.scaling == Scaling::per_tensor && g.fast_accumulate;
   shape.form.bias = g.bias != 0;
   if (g.bias) shape.form.bias_type = g.bias_type;

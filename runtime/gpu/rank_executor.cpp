@@ -989,6 +989,13 @@ void GpuRankExecutor::gemm(const GemmStep& s, const LoweredStep& l) {
         // segments that are not whole blocks, and 128x128 scales).
         if (op.scaling == Scaling::block_1x128)
           op.scale_inv += static_cast<CUdeviceptr>(r * (k_seg / 128) * op.rows) * 4;
+        // MXFP8 codes ([rows][K / 32] bytes, or per segment [rows][k_seg /
+        // 32]): segment r's are a column range, rows as long as stored.
+        if (op.scaling == Scaling::mx_1x32) {
+          const std::int64_t codes = k_seg / 32;  // the lowering refuses partial blocks
+          op.scale_inv += static_cast<CUdeviceptr>(t.segmented ? r * op.rows * codes : r * codes);
+          op.scale_stride = t.segmented ? codes : op.k / 32;
+        }
         op.k = k_seg;
         return op;
       };

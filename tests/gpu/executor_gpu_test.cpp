@@ -55,7 +55,7 @@ INSTANTIATE_TEST_SUITE_P(All, GpuMatrix, ::testing::ValuesIn(cpu::testing::matri
 
 // The same matrix with `gemm = generated` (fp8c's own FP8 GEMM, its
 // epilogue fused: SiLU on row layers, which cuBLASLt cannot fuse), at 1 and
-// 4 ranks; every FP8 recipe but MXFP8 must put its GEMMs on it.
+// 4 ranks; every FP8 recipe (MXFP8 included) must put its three GEMMs on it.
 class GpuMatrixGenerated : public ::testing::TestWithParam<cpu::testing::MatrixCase> {};
 
 TEST_P(GpuMatrixGenerated, GpuEqualsCpuReference) {
@@ -78,7 +78,7 @@ TEST_P(GpuMatrixGenerated, GpuEqualsCpuReference) {
     for (const auto& step : *pass)
       for (const auto& a : step.actions)
         if (const auto* g = std::get_if<GemmCall>(&a)) generated += g->backend == "generated";
-  const bool fp8 = c.recipe != "none" && c.recipe != "mxfp8";
+  const bool fp8 = c.recipe != "none";
   EXPECT_EQ(generated, fp8 ? 3 : 0);
   cpu::VerifyOptions o;
   o.tokens = 1024;

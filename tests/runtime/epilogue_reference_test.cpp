@@ -234,9 +234,12 @@ layer e = linear {
       const Plan plan = plan_spec(spec, {ranks, tokens});
       for (const LayerPlan& lp : plan.layers) {
         const Layer& layer = *spec.find_layer(lp.layer);
-        // Without the block-scaled GEMM: every block-scaled operand dequantized.
+        // Without the block-scaled GEMM or the generated one (another GPU):
+        // every block-scaled operand dequantized.
         LowerOptions options;
         options.block_scaled_gemm = false;
+        options.generated_gemm = false;
+        options.no_generated_gemm = "not sm_90a (test)";
         const LoweredLayer lowered = lower_layer(layer, lp, options);
         for (const auto& [pass, low] :
              {std::pair{&lp.forward, &lowered.forward}, std::pair{&lp.backward, &lowered.backward}})

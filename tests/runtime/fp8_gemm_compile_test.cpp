@@ -16,9 +16,16 @@ namespace {
 
 constexpr int kH200Sms = 132;
 
-// The scalings, as (a_scale_rows, b_scale_rows, fast_accumulate).
+// The scalings, as (a_scale_rows, b_scale_rows, fast_accumulate); scale
+// rows 32 stands for MXFP8 (1x32 blocks: the kernel's `mx`, scale rows 1).
 const std::vector<std::tuple<int, int, bool>> kScalings = {
-    {0, 0, true}, {0, 0, false}, {1, 128, false}, {1, 1, false}, {128, 1, false}};
+    {0, 0, true}, {0, 0, false}, {1, 128, false}, {1, 1, false}, {128, 1, false}, {32, 32, false}};
+
+void set_scaling(Fp8GemmKernel& k, const std::tuple<int, int, bool>& s) {
+  std::tie(k.a_scale_rows, k.b_scale_rows, k.fast_accumulate) = s;
+  k.mx = k.a_scale_rows == 32;
+  if (k.mx) k.a_scale_rows = k.b_scale_rows = 1;
+}
 
 // The forms the runner serves: type pairs x output types x scalings.
 std::vector<Fp8GemmKernel> forms() {
@@ -31,9 +38,7 @@ std::vector<Fp8GemmKernel> forms() {
         k.a = a;
         k.b = b;
         k.d = d;
-        k.a_scale_rows = ar;
-        k.b_scale_rows = br;
-        k.fast_accumulate = fast;
+        set_scaling(k, {ar, br, fast});
         out.push_back(k);
       }
   return out;
@@ -46,7 +51,10 @@ const std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>> kShapes 
     {8192, 3072, 768},  {8192, 768, 3072},    {768, 3072, 8192}};
 
 bool same_scaling(const Fp8GemmKernel& k, const std::tuple<int, int, bool>& s) {
-  return std::tuple{k.a_scale_rows, k.b_scale_rows, k.fast_accumulate} == s;
+  Fp8GemmKernel as;
+  set_scaling(as, s);
+  return std::tuple{k.a_scale_rows, k.b_scale_rows, k.fast_accumulate, k.mx} ==
+         std::tuple{as.a_scale_rows, as.b_scale_rows, as.fast_accumulate, as.mx};
 }
 
 // What the heuristic picks for one scaling: with e4m3 x e4m3 -> bf16, every
@@ -163,6 +171,29 @@ TEST(Fp8GemmKernelDescription, RefusesWhatTheDeviceCodeCannotBuild) {
   bad.stages = 2;
   bad.a_scale_rows = bad.b_scale_rows = 1;  // a scale per B column as well
   refused(bad);
+  Fp8GemmKernel mx = k;
+  mx.a_scale_rows = mx.b_scale_rows = 1;
+  mx.mx = true;
+  mx.block_n = 112;  // the widest MXFP8 tile that keeps its registers
+  EXPECT_EQ(fp8_gemm_problem(mx), "");
+  EXPECT_NE(emit_cuda(mx).source.find("constexpr bool kMx = true;"), std::string::npos);
+  EXPECT_NE(mx.name(), (Fp8GemmKernel{mx.a, mx.b, mx.d, 1, 1}).name());  // its own cubin
+  bad = mx;
+  bad.b_scale_rows = 128;  // MXFP8 is 1x32 on both operands
+  refused(bad);
+  bad = mx;
+  bad.a_scales_k_major = true;  // the codes have one order
+  refused(bad);
+  bad = mx;
+  bad.block_n = 128;  // the columns' scales for 32 K as well: spills
+  refused(bad);
+  bad = mx;
+  bad.block_n = 96;  // spills too, though narrower
+  refused(bad);
+  bad = mx;
+  bad.block_m = 256;
+  bad.stages = 2;
+  refused(bad);
 }
 
 // 256-row tiles (two waves per math warpgroup) where they measured faster:
@@ -233,6 +264,7 @@ std::vector<Fp8GemmKernel> with_k_major_scales(std::vector<Fp8GemmKernel> kernel
   const std::size_t n = kernels.size();
   for (std::size_t i = 0; i < n; ++i) {
     Fp8GemmKernel k = kernels[i];
+    if (k.mx) continue;  // MXFP8 codes have one order
     k.a_scales_k_major = k.a_scale_rows == 1;
     k.b_scales_k_major = k.b_scale_rows == 1;
     if (k.a_scales_k_major || k.b_scales_k_major) kernels.push_back(k);
@@ -248,7 +280,7 @@ std::vector<Fp8GemmKernel> epilogue_configurations(const std::tuple<int, int, bo
   const auto add = [&](ElemType d, bool bias, ElemType bias_type, Activation act, bool aux,
                        ElemType aux_type, bool accumulate, bool amax) {
     Fp8GemmKernel k;
-    std::tie(k.a_scale_rows, k.b_scale_rows, k.fast_accumulate) = scaling;
+    set_scaling(k, scaling);
     k.d = d;
     k.bias = bias;
     k.bias_type = bias_type;
@@ -289,7 +321,7 @@ TEST_P(Fp8GemmCompile, FusedEpiloguesCompileWithoutSpills) {
 TEST_P(Fp8GemmCompile, WidestAcceptedTilesCompileWithoutSpills) {
   std::vector<KernelSource> sources;
   Fp8GemmKernel k;
-  std::tie(k.a_scale_rows, k.b_scale_rows, k.fast_accumulate) = GetParam();
+  set_scaling(k, GetParam());
   k.d = ElemType::e4m3;
   k.bias = k.aux = k.amax = true;
   k.activation = Activation::gelu;
@@ -322,6 +354,7 @@ TEST_P(Fp8GemmCompile, WidestAcceptedTilesCompileWithoutSpills) {
 std::string scaling_name(const ::testing::TestParamInfo<std::tuple<int, int, bool>>& info) {
   const int a = std::get<0>(info.param), b = std::get<1>(info.param);
   if (a == 0) return std::get<2>(info.param) ? "per_tensor_fast" : "per_tensor";
+  if (a == 32) return "mx1x32";
   return "b" + std::to_string(a) + "x" + std::to_string(b);
 }
 

@@ -4,7 +4,8 @@
 // every FP8 type pairing, fast and promoted accumulation, bf16/fp16/fp32 D,
 // every fused epilogue (bias, activation with aux, accumulation, FP8 D with
 // saturation and amax),
-// block scaling in every pairing and scale order, M of 1, 64 and 127, shapes
+// block scaling in every pairing and scale order, MXFP8 (1x32 E8M0 codes)
+// with every type pairing and epilogue, M of 1, 64 and 127, shapes
 // that are not tile multiples, padded leading dimensions, more tiles than
 // SMs. The SASS must hold the FP8 warpgroup MMA and TMA loads. Skipped,
 // visibly, without a GPU (the SASS test: without cuobjdump).
@@ -361,6 +362,73 @@ TEST(GeneratedGemmGpu, Fp8OutputSaturatesAndReportsAmax) {
   }
 }
 
+// MXFP8 (1x32 E8M0 codes), every type pairing, on every shape: K of 400 and
+// 272 leave code rows of 13 and 9 bytes (read byte by byte), the others
+// whole words (copied ahead with cp.async).
+TEST(GeneratedGemmGpu, MxEveryTypePairing) {
+  REQUIRE_HOPPER();
+  const ElemType e4 = ElemType::e4m3, e5 = ElemType::e5m2;
+  std::uint32_t seed = 1101;
+  for (auto [a, b] : {std::pair{e4, e4}, std::pair{e4, e5}, std::pair{e5, e4}, std::pair{e5, e5}})
+    for (const Shape& s : kShapes) {
+      if (s.pad) continue;
+      Problem p = make_mx_problem(s, seed++, a, b);
+      ASSERT_TRUE(runner().choice(p.args).kernel.mx);
+      run_and_check(runner(), p);
+    }
+}
+
+// Code rows longer than ceil(K / 32) (a K range of a wider operand, as the
+// executor reads a rank segment), padded with NaN codes that must not be
+// read: unaligned (+3) and aligned (+4) strides.
+TEST(GeneratedGemmGpu, MxPaddedCodeRows) {
+  REQUIRE_HOPPER();
+  std::uint32_t seed = 1151;
+  for (const Shape& s : {Shape{256, 384, 640}, Shape{130, 1000, 272}, Shape{1100, 1056, 1024}})
+    for (std::int64_t extra : {3, 4}) {
+      Problem p =
+          make_mx_problem(s, seed++, ElemType::e4m3, ElemType::e4m3, (s.k + 31) / 32 + extra);
+      run_and_check(runner(), p);
+    }
+}
+
+TEST(GeneratedGemmGpu, MxFusedEpilogues) {
+  REQUIRE_HOPPER();
+  std::uint32_t seed = 1201;
+  for (const Form& f : epilogue_forms())
+    for (const Shape& s : {kShapes[0], kShapes[2], kShapes[4]}) {
+      Problem p = make_mx_problem(s, seed++, f.a, f.b, 0, &f);
+      run_and_check(runner(), p);
+    }
+}
+
+// A NaN code (0xFF) poisons its block's products and nothing else: the row
+// of A whose block it scales comes out NaN, every other element finite and
+// right.
+TEST(GeneratedGemmGpu, MxNanCodePoisonsItsRowOnly) {
+  REQUIRE_HOPPER();
+  const Shape s{200, 264, 512};
+  Problem p = make_mx_problem(s, 1251);
+  const std::int64_t row = 77, codes = s.k / 32;
+  std::vector<unsigned char> a_codes(static_cast<std::size_t>(s.m * codes));
+  p.a_scales.download(a_codes.data(), a_codes.size());
+  a_codes[row * codes + 5] = 0xFF;
+  p.a_scales.upload(a_codes.data(), a_codes.size());
+  Stream stream;
+  poison(p, stream.get());
+  runner().run(p.args, stream.get());
+  stream.synchronize();
+  const auto d = download<unsigned char>(p.dd, p.d_bytes());
+  std::size_t nan_in_row = 0, nan_elsewhere = 0;
+  for (std::int64_t i = 0; i < s.m; ++i)
+    for (std::int64_t j = 0; j < s.n; ++j) {
+      const bool nan = std::isnan(decode(p.form.d, &d[(i * p.args.ldd + j) * 2]));
+      (i == row ? nan_in_row : nan_elsewhere) += nan ? 1 : 0;
+    }
+  EXPECT_EQ(nan_in_row, static_cast<std::size_t>(s.n));
+  EXPECT_EQ(nan_elsewhere, 0u);
+}
+
 TEST(GeneratedGemmGpu, RefusedFormsSayWhyAndThrow) {
   REQUIRE_HOPPER();
   Problem p = make_problem(per_tensor(ElemType::e4m3, ElemType::e4m3, ElemType::bf16, true),
@@ -397,8 +465,13 @@ TEST(GeneratedGemmGpu, RefusedFormsSayWhyAndThrow) {
   g.b.scaling = Scaling::block_128x128;
   refused(g, "one operand per-tensor");
   g = p.args;
+  g.a.scaling = Scaling::mx_1x32;
+  g.b.scaling = Scaling::block_1x128;
+  refused(g, "one operand MXFP8");
+  g = p.args;
   g.a.scaling = g.b.scaling = Scaling::mx_1x32;
-  refused(g, "MXFP8");
+  g.a.scale_stride = (g.a.k + 31) / 32 - 1;
+  refused(g, "shorter than ceil(K / 32)");
   g = p.args;
   g.a.k = g.b.k = 0;
   refused(g, "out of range");
@@ -418,8 +491,10 @@ TEST(GeneratedGemmGpu, SassHoldsQgmmaAndTmaLoads) {
   REQUIRE_HOPPER();
   const std::string cuobjdump = find_cuobjdump();
   if (cuobjdump.empty()) GTEST_SKIP() << "no cuobjdump on this machine";
-  for (bool block : {false, true}) {
-    Problem p = block
+  for (int form : {0, 1, 2}) {
+    const bool block = form > 0;  // 1: 1x128 x 128x128, 2: MXFP8
+    Problem p = form == 2 ? make_mx_problem(kShapes[4], 1003)
+                : form == 1
                     ? make_block_problem(Scaling::block_1x128, Scaling::block_128x128, kShapes[4],
                                          1001, 0, false)
                     : make_problem(per_tensor(ElemType::e4m3, ElemType::e5m2, ElemType::bf16, true),

@@ -22,7 +22,10 @@ struct alignas(64) TmaDescriptor {
 //  - blocks: the scale of row r (of A, or of B: a column of D) and K block kb
 //    is scale[(r / scale_rows) * scale_row_stride + kb * scale_kblock_stride],
 //    scale_rows being 1 (1x128 blocks) or 128 (128x128 blocks), a compile-time
-//    choice of the kernel.
+//    choice of the kernel;
+//  - MXFP8 (the kernel's kMx): bytes, E8M0 codes, row r's from
+//    scale + r * scale_row_stride, one per 32 K (scale_kblock_stride, 4, is
+//    not read).
 // The epilogue's operands (fp8_gemm_sm90.cuh), each read or written only
 // when the kernel's configuration has that part: bias [N]; aux [M][ld_aux]
 // (the pre-activation); d_scale (one float, FP8 D); d_amax (one float's

@@ -5,7 +5,7 @@
 //
 // Compiled by NVRTC only, after a prefix that codegen/kernels/cuda_fp8_gemm.cpp
 // writes: fp8_gemm_params.h, the configuration constants (kBlockM, kBlockN,
-// kStages, kAScaleRows, kBScaleRows, kAScalesKMajor, kBScalesKMajor,
+// kStages, kAScaleRows, kBScaleRows, kAScalesKMajor, kBScalesKMajor, kMx,
 // kPromote, kOut, kClusterM, and the
 // epilogue's kBias, kAux, kAccumulate, kAmax), the activation act(), the
 // wgmma wrapper wgmma_m64k32() for this kBlockN and type pair, and
@@ -34,6 +34,11 @@
 //    block (block scaling), or times 1 (per-tensor, precise accumulation).
 //    Hopper's FP8 tensor cores keep about 14 bits while they accumulate;
 //    the promotion bounds that error to one 128-long dot product.
+//    kMx (MXFP8): the scales change every 32 K, so each wgmma k32 lands in
+//    a fresh partial accumulator, added into the total times its row's and
+//    column's power of two: two fp32 instructions per accumulator and 32 K
+//    against one wgmma k32, which caps the kernel at about half the tensor
+//    cores' rate (the fp32 pipe issues 1/32 of their multiply-adds).
 //    Block scales travel with their stage: a second loader warp copies the
 //    tile's scales for each K block from global memory into the stage's
 //    scale slots (cp.async) and arrives on the same "full" barrier when they
@@ -74,8 +79,15 @@ constexpr int kATileBytes = kBlockM * kBlockK;
 constexpr int kBTileBytes = kBlockN * kBlockK;
 constexpr int kAccumulators = kBlockN / 2;  // per thread, for m64 x kBlockN
 constexpr bool kBlockScaled = kAScaleRows != 0;
-// Per stage, block-scaled only: the tile's A row scales and B column scales.
-constexpr int kScaleSlotFloats = kBlockScaled ? kBlockM + kBlockN : 0;
+// Per stage, block-scaled only: the tile's A row scales and B column scales;
+// with MXFP8 four of each (one per 32 K, decoded to floats): A's as
+// [row][4], B's as [32 K][lane % 4][column pair][2], so that a thread's
+// columns for one 32 K are consecutive floats (fp8_gemm_sm90.cuh's
+// mx_scale_warp).
+constexpr int kScaleSlotFloats = kMx ? 4 * (kBlockM + kBlockN) : kBlockScaled ? kBlockM + kBlockN : 0;
+// MXFP8: per stage, the words of four E8M0 codes (one per 32 K) of each A row
+// and B column, as copied from global memory before they are decoded.
+constexpr int kRawWords = kMx ? kBlockM + kBlockN : 0;
 // Arrivals that complete a "full" barrier: the TMA thread's, and every lane
 // of the scale warp's.
 constexpr unsigned kFullArrivals = kBlockScaled ? 33 : 1;
@@ -97,6 +109,7 @@ constexpr int kBLoadBytes = kBLoadRows * kBlockK;
 static_assert(kBlockN % 16 == 0 && kBlockN >= 16 && kBlockN <= 256, "wgmma N");
 static_assert(kBlockScaled == (kBScaleRows != 0), "both operands block-scaled, or neither");
 static_assert(!kBlockScaled || kPromote, "block scales need promotion");
+static_assert(!kMx || (kBlockScaled && kWaves == 1), "MXFP8: 1x32 codes, 64- or 128-row tiles");
 
 __device__ __forceinline__ unsigned shared_address(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -400,6 +413,112 @@ __device__ __forceinline__ void barrier_arrive_on_copies(unsigned long long* bar
 
 // Columns of D one thread holds: 8j + 2 * (lane % 4) + {0, 1}, j < kBlockN / 8.
 constexpr int kThreadColumns = kBlockN / 4;
+
+// ---- MXFP8 scales ------------------------------------------------------------
+
+// 2^(code - 127) for an E8M0 code: code 0 is 2^-127 (a subnormal float) and
+// 0xFF is NaN, as codegen/numerics/e8m0.hpp decodes them.
+__device__ __forceinline__ float e8m0_value(unsigned code) {
+  return code == 0      ? __uint_as_float(0x00400000u)
+         : code == 0xFF ? __uint_as_float(0x7FFFFFFFu)
+                        : __uint_as_float(code << 23);
+}
+
+// Row r of a stage's scale rows (A's tile rows, then B's tile columns) at
+// K block kb: where its four codes start in global memory, and how many of
+// them exist (0 past M or N, fewer than 4 in K's last block).
+__device__ __forceinline__ const unsigned char* mx_codes(const Fp8GemmParams& p, int m0, int n0,
+                                                         int kb, int r, int& valid) {
+  const bool is_a = r < kBlockM;
+  const int row = is_a ? m0 + r : n0 + (r - kBlockM);
+  const int codes = (p.k + 31) / 32;
+  valid = row < (is_a ? p.m : p.n) ? min(4, codes - 4 * kb) : 0;
+  const unsigned long long base = is_a ? p.a_scale : p.b_scale;
+  const long long stride = is_a ? p.a_scale_row_stride : p.b_scale_row_stride;
+  return reinterpret_cast<const unsigned char*>(base) + (valid > 0 ? row * stride + 4 * kb : 0);
+}
+
+// The MXFP8 scale warp: the loader's walk, one K block's E8M0 codes per
+// stage, decoded into the floats the math warpgroups multiply by. Decoding
+// needs the codes in registers, so the copies run kLead K blocks ahead
+// (cp.async into a ring of raw words, one commit group per K block) and the
+// warp decodes the oldest, waits for its stage to be free, writes the
+// floats and arrives on the stage's "full" barrier (each lane once: its
+// arrival releases its stores). Codes of rows that start unaligned (K not
+// a multiple of 128 leaves rows of ceil(K/32) bytes) are read byte by byte
+// when decoded instead. Codes past M, N or K decode to 1 (their products
+// are zeros: TMA's fill), so nothing there turns a zero into a NaN.
+__device__ __forceinline__ void mx_scale_warp(const Fp8GemmParams& p, float* scale_slots,
+                                              unsigned* raw, unsigned long long* full,
+                                              unsigned long long* empty, int tiles_m, int tiles_n,
+                                              int tiles, int kblocks, int first_tile,
+                                              int tile_stride, unsigned rank) {
+  constexpr int kRows = kBlockM + kBlockN;
+  constexpr int kLead = kStages - 1 < 4 ? kStages - 1 : 4;
+  const int lane = threadIdx.x % 32;
+  const bool async = (p.a_scale | p.b_scale) % 4 == 0 && p.a_scale_row_stride % 4 == 0 &&
+                     p.b_scale_row_stride % 4 == 0;
+  const int mine = first_tile < tiles ? (tiles - 1 - first_tile) / tile_stride + 1 : 0;
+  const int steps = mine * kblocks;
+  const auto origin = [&](int t, int& m0, int& n0, int& kb) {
+    const Tile tile =
+        tile_at(first_tile + (t / kblocks) * tile_stride, tiles_m, tiles_n, p.tile_group);
+    m0 = (tile.m * kClusterM + rank) * kBlockM;
+    n0 = tile.n * kBlockN;
+    kb = t % kblocks;
+  };
+  for (int t = 0; t < steps + kLead; ++t) {
+    if (t < steps && async) {
+      int m0, n0, kb;
+      origin(t, m0, n0, kb);
+      unsigned* words = raw + (t % kStages) * kRows;
+      for (int r = lane; r < kRows; r += 32) {
+        int valid;
+        const unsigned char* src = mx_codes(p, m0, n0, kb, r, valid);
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(
+                         shared_address(words + r)),
+                     "l"(src), "r"(valid)
+                     : "memory");
+      }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    if (t < kLead) continue;
+    // The K block kLead behind: its copies (every group but the newest
+    // kLead) have landed.
+    asm volatile("cp.async.wait_group %0;" ::"n"(kLead) : "memory");
+    const int u = t - kLead;
+    int m0, n0, kb;
+    origin(u, m0, n0, kb);
+    const int s = u % kStages;
+    barrier_wait(&empty[s], ((u / kStages) & 1) ^ 1);
+    float* slot = scale_slots + s * kScaleSlotFloats;
+    const unsigned* words = raw + s * kRows;
+    for (int r = lane; r < kRows; r += 32) {
+      int valid;
+      const unsigned char* src = mx_codes(p, m0, n0, kb, r, valid);
+      unsigned word = 0;
+      if (async) {
+        word = words[r];
+      } else {
+        for (int i = 0; i < valid; ++i) word |= static_cast<unsigned>(src[i]) << (8 * i);
+      }
+      float v[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[i] = e8m0_value(i < valid ? (word >> (8 * i)) & 0xFF : 127);
+      if (r < kBlockM) {
+        *reinterpret_cast<float4*>(slot + 4 * r) = make_float4(v[0], v[1], v[2], v[3]);
+      } else {
+        // Column c = 8j + 2q + h of the tile goes where thread q of a quad
+        // finds its columns of one 32 K in order: [kk][q][2j + h].
+        const int c = r - kBlockM;
+        const int at = 4 * kBlockM + ((c % 8) / 2) * kThreadColumns + 2 * (c / 8) + c % 2;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) slot[at + i * kBlockN] = v[i];
+      }
+    }
+    barrier_arrive(&full[s]);
+  }
+}
 // 128x128 B blocks that a tile never straddles: one scale per K block.
 constexpr bool kUniformBScale = kBScaleRows == 128 && (128 % kBlockN == 0);
 // Otherwise a tile of 128x128 B blocks (kBlockN <= 160, a multiple of 16,
@@ -475,7 +594,61 @@ __device__ __forceinline__ void consume(const Fp8GemmParams& p, const unsigned c
       for (int w = 0; w < kWaves; ++w)
 #pragma unroll
         for (int i = 0; i < kAccumulators; ++i) acc[w][i] = 0.0f;
-      for (int kb = 0; kb < kblocks; ++kb, ++step) {
+      for (int kb = 0; kb < kblocks && kMx; ++kb, ++step) {
+        const int s = step % kStages;
+        barrier_wait(&full[s], (step / kStages) & 1);
+        const float* slot = scale_slots + s * kScaleSlotFloats;
+        const unsigned long long b = tile_descriptor(b_tiles + s * kBTileBytes);
+#pragma unroll
+        for (int w = 0; w < kWaves; ++w) {
+          const int r = w * kWaveRows + warpgroup * 64 + warp * 16 + lane / 4;
+          const float4 sa0 = *reinterpret_cast<const float4*>(slot + 4 * r);
+          const float4 sa1 = *reinterpret_cast<const float4*>(slot + 4 * (r + 8));
+          const unsigned long long a =
+              tile_descriptor(a_slice + w * kWaveRows * kBlockK + s * kATileBytes);
+#pragma unroll
+          for (int kk = 0; kk < kBlockK / 32; ++kk) {
+            pin(part);
+            wgmma_fence();
+            wgmma_m64k32(part, a + 2 * kk, b + 2 * kk, 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            pin(part);
+            const float s0 = kk == 0 ? sa0.x : kk == 1 ? sa0.y : kk == 2 ? sa0.z : sa0.w;
+            const float s1 = kk == 0 ? sa1.x : kk == 1 ? sa1.y : kk == 2 ? sa1.z : sa1.w;
+            // This thread's columns' scales for these 32 K are consecutive
+            // floats (mx_scale_warp's order), read four (two column pairs)
+            // at a time as the promotion goes. The loads and the pinned
+            // results keep that order: hoisted all together, the loads took
+            // 32 registers and the 128-wide tile spilled 24 (the math path
+            // is compiled for the launch's 168 a thread).
+            const unsigned columns =
+                shared_address(slot + 4 * kBlockM + kk * kBlockN + (lane % 4) * kThreadColumns);
+#pragma unroll
+            for (int i = 0; i < kThreadColumns / 4; ++i) {
+              float sb[4];
+              asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                           : "=f"(sb[0]), "=f"(sb[1]), "=f"(sb[2]), "=f"(sb[3])
+                           : "r"(columns + 16 * i));
+#pragma unroll
+              for (int jj = 0; jj < 2; ++jj)
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                  const int j = 2 * i + jj;
+                  acc[w][4 * j + c] = fmaf(part[4 * j + c] * sb[2 * jj + c], s0, acc[w][4 * j + c]);
+                  acc[w][4 * j + 2 + c] =
+                      fmaf(part[4 * j + 2 + c] * sb[2 * jj + c], s1, acc[w][4 * j + 2 + c]);
+                }
+#pragma unroll
+              for (int e = 0; e < 8; ++e) asm volatile("" : "+f"(acc[w][8 * i + e]));
+            }
+          }
+        }
+        // The stage's tiles and scales are all read (the scale reads above
+        // complete before this arrival, which releases them).
+        release(s);
+      }
+      for (int kb = 0; kb < kblocks && !kMx; ++kb, ++step) {
         const int s = step % kStages;
         barrier_wait(&full[s], (step / kStages) & 1);
         // This K block's scales, out of the stage before it is released.
@@ -595,8 +768,9 @@ extern "C" __global__ void __launch_bounds__(fp8c_gemm::kThreads, 1)
   unsigned char* a_tiles = shared;
   unsigned char* b_tiles = a_tiles + kStages * kATileBytes;
   float* scale_slots = reinterpret_cast<float*>(b_tiles + kStages * kBTileBytes);
+  unsigned* raw_codes = reinterpret_cast<unsigned*>(scale_slots + kStages * kScaleSlotFloats);
   unsigned long long* full =
-      reinterpret_cast<unsigned long long*>(scale_slots + kStages * kScaleSlotFloats);
+      reinterpret_cast<unsigned long long*>(raw_codes + kStages * kRawWords);
   unsigned long long* empty = full + kStages;
 
   // A cluster walks the tiles of a grid whose rows are pairs of tile rows.
@@ -647,6 +821,9 @@ extern "C" __global__ void __launch_bounds__(fp8c_gemm::kThreads, 1)
             tma_load(b_part, &p.b, &full[s], kb * kBlockK, n0);
         }
       }
+    } else if (kMx && threadIdx.x / 32 == kConsumers * 4 + 1) {
+      mx_scale_warp(p, scale_slots, raw_codes, full, empty, tiles_m, tiles_n, tiles, kblocks,
+                    first_tile, tile_stride, rank);
     } else if (kBlockScaled && threadIdx.x / 32 == kConsumers * 4 + 1) {
       // The scale warp: the same walk, one K block's scales per stage.
       const int lane = threadIdx.x % 32;
