@@ -443,12 +443,22 @@ class Lowering {
     // at 0.89-1.07x of it per-tensor, 0.72-0.76x block-scaled:
     // bench/results/gemm_h200_2026-12-03_00ae176.json); the generated GEMM
     // where cuBLASLt would dequantize the operands or cannot run the form.
+    // Except MXFP8: the generated GEMM's promotion per 32 K ran at about
+    // 120 TFLOP/s, under the dequantize path's bf16 GEMM (H100, 2732106:
+    // bench/results/gemm_mx_h100_2026-12-06_2732106.json), so auto keeps
+    // dequantizing until it is faster; gemm = generated runs it.
     if (layer_.gemm == GemmBackend::automatic && !g.high_precision && options_.generated_gemm)
       if (const std::string why = cublaslt_fp8_problem(g); !why.empty())
         if (generated_gemm_problem(g).empty()) {
-          note_once(role + ": the generated GEMM (gemm = auto), as cuBLASLt " +
-                    (t(g.a).block_scaled() ? "would dequantize: " + why : why));
-          return generated_gemm(l, g);
+          if (t(g.a).scaling == Scaling::mx_1x32) {
+            note_once(role +
+                      ": MXFP8 dequantized for cuBLASLt (gemm = auto): the generated GEMM's "
+                      "MXFP8 mode measured slower than that; gemm = generated runs it");
+          } else {
+            note_once(role + ": the generated GEMM (gemm = auto), as cuBLASLt " +
+                      (t(g.a).block_scaled() ? "would dequantize: " + why : why));
+            return generated_gemm(l, g);
+          }
         }
     cublaslt_gemm(l, g);
   }
