@@ -1,6 +1,6 @@
 // How long the generated FP8 GEMM takes to JIT (a benchmark, not a test; no
 // GPU needed): every configuration the heuristic picks for the GEMM
-// benchmark's shapes, compiled cold with NVRTC (no cubin cache), one at a
+// benchmark's shapes in every scaling, compiled cold with NVRTC (no cubin cache), one at a
 // time, median of 3 compiles each. Run it on the machine class that matters
 // (CI's 2 cores) with nothing else running.
 //
@@ -37,12 +37,17 @@ int main(int argc, char** argv) {
                                     {4096, 7168, 16384}};
   std::vector<Fp8GemmKernel> kernels;
   std::set<std::string> seen;
-  for (bool block : {false, true})
+  // Every scaling the executor runs: per-tensor fast and promoted, 1x128 x
+  // 128x128 (fprop, dgrad), 1x128 x 1x128 (wgrad), MXFP8.
+  std::vector<Fp8GemmKernel> forms(5);
+  forms[0].fast_accumulate = true;
+  forms[2].a_scale_rows = 1;
+  forms[2].b_scale_rows = 128;
+  forms[3].a_scale_rows = forms[3].b_scale_rows = 1;
+  forms[4].a_scale_rows = forms[4].b_scale_rows = 1;
+  forms[4].mx = true;
+  for (const Fp8GemmKernel& form : forms)
     for (const auto& s : shapes) {
-      Fp8GemmKernel form;
-      form.fast_accumulate = !block;
-      form.a_scale_rows = block ? 1 : 0;
-      form.b_scale_rows = block ? 128 : 0;
       const Fp8GemmKernel k = choose_fp8_gemm({s[0], s[1], s[2], form}, sms).kernel;
       if (seen.insert(k.name()).second) kernels.push_back(k);
     }
