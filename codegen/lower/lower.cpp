@@ -278,7 +278,7 @@ class Lowering {
     const auto inner = static_cast<std::size_t>(op.inner_dim());
     const std::uint64_t rows = op.dims[outer].local, k = op.dims[inner].local;
     const std::uint32_t k_parts = op.block_segments[inner];
-    const std::uint64_t block = op.scaling == Scaling::mx_1x32 ? 32 : 128;
+    const std::uint64_t block = inner_block(op.scaling);
     if (k_parts > 1 && (k % k_parts != 0 || (k / k_parts) % block != 0))
       return op.name + "'s K blocks restart at each of its " + std::to_string(k_parts) +
              " rank parts, which are not multiples of " + std::to_string(block);
@@ -298,14 +298,11 @@ class Lowering {
   // segment's are a column range of them.
   std::string segmented_block_problem(const Tensor& op) const {
     const std::uint64_t k = op.dims[static_cast<std::size_t>(op.inner_dim())].local;
-    if (op.scaling == Scaling::mx_1x32)
-      return k % plan_.ranks != 0 || (k / plan_.ranks) % 32 != 0
-                 ? "a K segment of " + op.name + " is not a multiple of 32"
-                 : "";
-    if (op.scaling != Scaling::block_1x128)
+    if (op.scaling == Scaling::block_128x128)
       return op.name + " is 128x128-scaled in a GEMM read one K segment at a time";
-    if (k % plan_.ranks != 0 || (k / plan_.ranks) % 128 != 0)
-      return "a K segment of " + op.name + " is not a multiple of 128";
+    const std::uint64_t block = inner_block(op.scaling);
+    if (k % plan_.ranks != 0 || (k / plan_.ranks) % block != 0)
+      return "a K segment of " + op.name + " is not a multiple of " + std::to_string(block);
     return "";
   }
 

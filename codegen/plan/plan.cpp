@@ -162,6 +162,14 @@ std::string_view to_string(Usage u) {
   return u == Usage::rowwise ? "rowwise" : "columnwise";
 }
 
+std::uint64_t inner_block(Scaling s) {
+  return s == Scaling::mx_1x32 ? 32 : s == Scaling::none || s == Scaling::per_tensor ? 1 : 128;
+}
+
+std::uint64_t outer_block(Scaling s) {
+  return s == Scaling::block_128x128 ? 128 : 1;
+}
+
 std::string_view to_string(Scaling s) {
   switch (s) {
     case Scaling::none:

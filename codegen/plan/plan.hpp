@@ -331,6 +331,10 @@ struct Plan {
 
 std::string_view to_string(Usage);
 std::string_view to_string(Scaling);
+// Block extent of a scaling along a tensor's inner (K) / outer physical dim:
+// 32 or 128 inner, 128 outer for 128x128 blocks, 1 where there are no blocks.
+std::uint64_t inner_block(Scaling);
+std::uint64_t outer_block(Scaling);
 std::string_view to_string(StepKind);
 std::string_view to_string(GemmRole);
 std::string_view to_string(Quantity);

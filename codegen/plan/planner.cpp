@@ -49,14 +49,6 @@ Scaling scaling_for(RecipeKind k, bool weight) {
   return Scaling::none;
 }
 
-// Block extent of `scaling` along a tensor's inner / outer physical dim.
-std::uint64_t inner_block(Scaling s) {
-  return s == Scaling::mx_1x32 ? 32 : s == Scaling::none || s == Scaling::per_tensor ? 1 : 128;
-}
-std::uint64_t outer_block(Scaling s) {
-  return s == Scaling::block_128x128 ? 128 : 1;
-}
-
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
   return (a + b - 1) / b;
 }
