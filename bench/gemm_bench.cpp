@@ -175,25 +175,17 @@ Epilogue make_epilogue(const Shape& s) {
 }
 
 GemmArgs args_for(const Shape& s, Mode mode, const Operands& o, CUdeviceptr d) {
-  const bool block = mode == Mode::block;
+  const bool block = mode == Mode::block, mx = mode == Mode::mx;
+  const Scaling sa = mx ? Scaling::mx_1x32 : block ? Scaling::block_1x128 : Scaling::per_tensor;
+  const Scaling sb = mx ? Scaling::mx_1x32 : block ? Scaling::block_128x128 : Scaling::per_tensor;
   GemmArgs g;
-  if (mode == Mode::mx) {
-    g.a = {o.da.get(), ElemType::e4m3, s.m, s.k, s.k, Scaling::mx_1x32, o.dca.get()};
-    g.b = {o.db.get(), ElemType::e4m3, s.n, s.k, s.k, Scaling::mx_1x32, o.dcb.get()};
-    g.d = d;
-    g.d_type = ElemType::bf16;
-    g.ldd = s.n;
-    return g;
-  }
-  const Scaling sa = block ? Scaling::block_1x128 : Scaling::per_tensor;
-  const Scaling sb = block ? Scaling::block_128x128 : Scaling::per_tensor;
-  g.a = {o.da.get(), ElemType::e4m3, s.m, s.k, s.k, sa, o.dsa.get()};
-  g.a.scale_order = BlockScaleOrder::k_block_major;
-  g.b = {o.db.get(), ElemType::e4m3, s.n, s.k, s.k, sb, o.dsb.get()};
+  g.a = {o.da.get(), ElemType::e4m3, s.m, s.k, s.k, sa, mx ? o.dca.get() : o.dsa.get()};
+  if (!mx) g.a.scale_order = BlockScaleOrder::k_block_major;
+  g.b = {o.db.get(), ElemType::e4m3, s.n, s.k, s.k, sb, mx ? o.dcb.get() : o.dsb.get()};
   g.d = d;
   g.d_type = ElemType::bf16;
   g.ldd = s.n;
-  g.fast_accumulate = !block && !g_promoted;
+  g.fast_accumulate = !block && !mx && !g_promoted;
   return g;
 }
 
