@@ -20,6 +20,7 @@
 #include <memory>
 #include <set>
 
+#include "codegen/kernels/fp8_gemm.hpp"
 #include "gemm_problem.hpp"
 #include "runtime/gemm/generated_gemm.hpp"
 
@@ -402,31 +403,67 @@ TEST(GeneratedGemmGpu, MxFusedEpilogues) {
     }
 }
 
+// Every MXFP8 tile the description accepts, 64 and 128 rows: the scale
+// warps split a stage's A rows and B column pairs over their 96 lanes
+// differently for each (one item a lane at 64 x 64, two at 128 x 112), and
+// the edges of M and N fall inside a tile; K of 272 leaves code rows of 9
+// bytes (read byte by byte).
+TEST(GeneratedGemmGpu, MxEveryTileShape) {
+  REQUIRE_HOPPER();
+  std::uint32_t seed = 1301;
+  for (int rows : {64, 128})
+    for (int width : {64, 80, 112, 128}) {
+      Fp8GemmKernel k;
+      k.a_scale_rows = k.b_scale_rows = 1;
+      k.mx = true;
+      k.block_m = rows;
+      k.block_n = width;
+      if (!fp8_gemm_problem(k).empty()) continue;  // a width the description refuses
+      ::setenv("FP8C_GEMM_BLOCK_N", std::to_string(width).c_str(), 1);
+      ::setenv("FP8C_GEMM_BLOCK_M", std::to_string(rows).c_str(), 1);
+      const auto sized = make_generated_gemm_runner(*testing::gpu().jit);
+      ::unsetenv("FP8C_GEMM_BLOCK_N");
+      ::unsetenv("FP8C_GEMM_BLOCK_M");
+      for (const Shape& s : {Shape{200, 520, 1024}, Shape{130, 1000, 272}, Shape{1, 136, 384}}) {
+        Problem p = make_mx_problem(s, seed++);
+        const Fp8GemmKernel chosen = sized->choice(p.args).kernel;
+        ASSERT_EQ(chosen.block_n, width);
+        ASSERT_EQ(chosen.block_m, rows);
+        run_and_check(*sized, p);
+      }
+    }
+}
+
 // A NaN code (0xFF) poisons its block's products and nothing else: the row
-// of A whose block it scales comes out NaN, every other element finite and
-// right.
-TEST(GeneratedGemmGpu, MxNanCodePoisonsItsRowOnly) {
+// of A (or the column of B) whose block it scales comes out NaN, every other
+// element finite and right.
+TEST(GeneratedGemmGpu, MxNanCodePoisonsItsRowOrColumnOnly) {
   REQUIRE_HOPPER();
   const Shape s{200, 264, 512};
-  Problem p = make_mx_problem(s, 1251);
-  const std::int64_t row = 77, codes = s.k / 32;
-  std::vector<unsigned char> a_codes(static_cast<std::size_t>(s.m * codes));
-  p.a_scales.download(a_codes.data(), a_codes.size());
-  a_codes[row * codes + 5] = 0xFF;
-  p.a_scales.upload(a_codes.data(), a_codes.size());
-  Stream stream;
-  poison(p, stream.get());
-  runner().run(p.args, stream.get());
-  stream.synchronize();
-  const auto d = download<unsigned char>(p.dd, p.d_bytes());
-  std::size_t nan_in_row = 0, nan_elsewhere = 0;
-  for (std::int64_t i = 0; i < s.m; ++i)
-    for (std::int64_t j = 0; j < s.n; ++j) {
-      const bool nan = std::isnan(decode(p.form.d, &d[(i * p.args.ldd + j) * 2]));
-      (i == row ? nan_in_row : nan_elsewhere) += nan ? 1 : 0;
+  const std::int64_t codes = s.k / 32;
+  for (bool in_a : {true, false})
+    for (std::int64_t at : {std::int64_t{77}, std::int64_t{5}, (in_a ? s.m : s.n) - 1}) {
+      Problem p = make_mx_problem(s, 1251);
+      DeviceBuffer& scales = in_a ? p.a_scales : p.b_scales;
+      std::vector<unsigned char> bytes(static_cast<std::size_t>((in_a ? s.m : s.n) * codes));
+      scales.download(bytes.data(), bytes.size());
+      bytes[at * codes + 5] = 0xFF;
+      scales.upload(bytes.data(), bytes.size());
+      Stream stream;
+      poison(p, stream.get());
+      runner().run(p.args, stream.get());
+      stream.synchronize();
+      const auto d = download<unsigned char>(p.dd, p.d_bytes());
+      std::size_t nan_in_line = 0, nan_elsewhere = 0;
+      for (std::int64_t i = 0; i < s.m; ++i)
+        for (std::int64_t j = 0; j < s.n; ++j) {
+          const bool nan = std::isnan(decode(p.form.d, &d[(i * p.args.ldd + j) * 2]));
+          ((in_a ? i : j) == at ? nan_in_line : nan_elsewhere) += nan ? 1 : 0;
+        }
+      EXPECT_EQ(nan_in_line, static_cast<std::size_t>(in_a ? s.n : s.m))
+          << (in_a ? "A row " : "B column ") << at;
+      EXPECT_EQ(nan_elsewhere, 0u) << (in_a ? "A row " : "B column ") << at;
     }
-  EXPECT_EQ(nan_in_row, static_cast<std::size_t>(s.n));
-  EXPECT_EQ(nan_elsewhere, 0u);
 }
 
 TEST(GeneratedGemmGpu, RefusedFormsSayWhyAndThrow) {

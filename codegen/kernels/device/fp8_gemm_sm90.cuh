@@ -83,14 +83,17 @@ constexpr bool kBlockScaled = kAScaleRows != 0;
 // with MXFP8 four of each (one per 32 K, decoded to floats): A's as
 // [row][4], B's as [32 K][lane % 4][column pair][2], so that a thread's
 // columns for one 32 K are consecutive floats (fp8_gemm_sm90.cuh's
-// mx_scale_warp).
-constexpr int kScaleSlotFloats = kMx ? 4 * (kBlockM + kBlockN) : kBlockScaled ? kBlockM + kBlockN : 0;
+// mx_scale_warps).
+constexpr int kScaleSlotFloats = kMx            ? 4 * (kBlockM + kBlockN)
+                                 : kBlockScaled ? kBlockM + kBlockN
+                                                : 0;
 // MXFP8: per stage, the words of four E8M0 codes (one per 32 K) of each A row
 // and B column, as copied from global memory before they are decoded.
 constexpr int kRawWords = kMx ? kBlockM + kBlockN : 0;
 // Arrivals that complete a "full" barrier: the TMA thread's, and every lane
-// of the scale warp's.
-constexpr unsigned kFullArrivals = kBlockScaled ? 33 : 1;
+// of the scale warp's (with MXFP8, of the three scale warps').
+constexpr int kMxLanes = 96;  // MXFP8: the loader warpgroup's warps 1-3
+constexpr unsigned kFullArrivals = kMx ? 1 + kMxLanes : kBlockScaled ? 33 : 1;
 // Registers per thread after setmaxnreg. The CTA's pool is what it was
 // launched with (168 a thread for three warpgroups: 64512), and an increase
 // waits until the pool has the registers, so the split must fit in it:
@@ -411,6 +414,14 @@ __device__ __forceinline__ void barrier_arrive_on_copies(unsigned long long* bar
                : "memory");
 }
 
+// Four floats from shared memory, in program order with the other volatile
+// asm (the MXFP8 promotion's pinned accumulators).
+__device__ __forceinline__ void load_shared4(float (&v)[4], unsigned address) {
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
+               : "r"(address));
+}
+
 // Columns of D one thread holds: 8j + 2 * (lane % 4) + {0, 1}, j < kBlockN / 8.
 constexpr int kThreadColumns = kBlockN / 4;
 
@@ -424,61 +435,100 @@ __device__ __forceinline__ float e8m0_value(unsigned code) {
                         : __uint_as_float(code << 23);
 }
 
-// Row r of a stage's scale rows (A's tile rows, then B's tile columns) at
-// K block kb: where its four codes start in global memory, and how many of
-// them exist (0 past M or N, fewer than 4 in K's last block).
-__device__ __forceinline__ const unsigned char* mx_codes(const Fp8GemmParams& p, int m0, int n0,
-                                                         int kb, int r, int& valid) {
-  const bool is_a = r < kBlockM;
-  const int row = is_a ? m0 + r : n0 + (r - kBlockM);
-  const int codes = (p.k + 31) / 32;
-  valid = row < (is_a ? p.m : p.n) ? min(4, codes - 4 * kb) : 0;
-  const unsigned long long base = is_a ? p.a_scale : p.b_scale;
-  const long long stride = is_a ? p.a_scale_row_stride : p.b_scale_row_stride;
-  return reinterpret_cast<const unsigned char*>(base) + (valid > 0 ? row * stride + 4 * kb : 0);
+// The MXFP8 scale warps (the loader warpgroup's warps 1-3: one warp
+// decoding a stage took about 5 us against 0.6 us of math, ncu at 2732106):
+// the loader's walk, one K block's E8M0 codes per stage, decoded into the
+// floats the math warpgroups multiply by. Decoding needs the codes in
+// registers, so the copies run kLead K blocks ahead (cp.async into a ring of
+// raw words, one commit group per K block) and the warps decode the oldest,
+// wait for its stage to be free, write the floats and arrive on the stage's
+// "full" barrier (each lane once: its arrival releases its stores). A
+// stage's work is kMxItems items, item i going to lane i % kMxLanes: A's
+// tile rows (one code word each, stored as a float4: [row][32 K]), then
+// B's column pairs 8j + 2q + {0, 1} (two words, stored as a float2 per 32 K
+// where thread q of a quad reads them: [32 K][q][2j, 2j + 1]). Each tile's
+// code addresses are worked out once, not per stage. Codes of rows that
+// start unaligned (K not a multiple of 128 leaves rows of ceil(K/32) bytes)
+// are read byte by byte when decoded instead. Codes past M, N or K decode
+// to 1 (their products are zeros: TMA's fill), so nothing there turns a zero
+// into a NaN.
+constexpr int kMxItems = kBlockM + kBlockN / 2;
+
+// Item `item`'s first row of the stage's scale rows (A's tile rows, then B's
+// tile columns); a B column pair's second row is the next.
+__device__ __forceinline__ int mx_item_row(int item) {
+  if (item < kBlockM) return item;
+  const int pair = item - kBlockM;
+  return kBlockM + 8 * (pair / 4) + 2 * (pair % 4);
 }
 
-// The MXFP8 scale warp: the loader's walk, one K block's E8M0 codes per
-// stage, decoded into the floats the math warpgroups multiply by. Decoding
-// needs the codes in registers, so the copies run kLead K blocks ahead
-// (cp.async into a ring of raw words, one commit group per K block) and the
-// warp decodes the oldest, waits for its stage to be free, writes the
-// floats and arrives on the stage's "full" barrier (each lane once: its
-// arrival releases its stores). Codes of rows that start unaligned (K not
-// a multiple of 128 leaves rows of ceil(K/32) bytes) are read byte by byte
-// when decoded instead. Codes past M, N or K decode to 1 (their products
-// are zeros: TMA's fill), so nothing there turns a zero into a NaN.
-__device__ __forceinline__ void mx_scale_warp(const Fp8GemmParams& p, float* scale_slots,
-                                              unsigned* raw, unsigned long long* full,
-                                              unsigned long long* empty, int tiles_m, int tiles_n,
-                                              int tiles, int kblocks, int first_tile,
-                                              int tile_stride, unsigned rank) {
+// The code row of scale row r in the tile at (m0, n0), or -1 past M or N.
+__device__ __forceinline__ int mx_code_row(const Fp8GemmParams& p, int m0, int n0, int r) {
+  const bool is_a = r < kBlockM;
+  const int row = is_a ? m0 + r : n0 + (r - kBlockM);
+  return row < (is_a ? p.m : p.n) ? row : -1;
+}
+
+// Where the codes of scale row r (code row `row`, not -1) start in K block kb.
+__device__ __forceinline__ const unsigned char* mx_code_address(const Fp8GemmParams& p, int r,
+                                                                int row, int kb) {
+  const bool is_a = r < kBlockM;
+  const unsigned long long base = is_a ? p.a_scale : p.b_scale;
+  const long long stride = is_a ? p.a_scale_row_stride : p.b_scale_row_stride;
+  return reinterpret_cast<const unsigned char*>(base) + row * stride + 4 * kb;
+}
+
+// Four codes (one per 32 K, the first in the low byte) as floats; those at
+// or past `valid` as 1.
+__device__ __forceinline__ float4 mx_decode(unsigned word, int valid) {
+  return make_float4(
+      e8m0_value(valid > 0 ? word & 0xFF : 127), e8m0_value(valid > 1 ? (word >> 8) & 0xFF : 127),
+      e8m0_value(valid > 2 ? (word >> 16) & 0xFF : 127), e8m0_value(valid > 3 ? word >> 24 : 127));
+}
+
+__device__ __forceinline__ void mx_scale_warps(const Fp8GemmParams& p, float* scale_slots,
+                                               unsigned* raw, unsigned long long* full,
+                                               unsigned long long* empty, int tiles_m, int tiles_n,
+                                               int tiles, int kblocks, int first_tile,
+                                               int tile_stride, unsigned rank) {
   constexpr int kRows = kBlockM + kBlockN;
   constexpr int kLead = kStages - 1 < 4 ? kStages - 1 : 4;
-  const int lane = threadIdx.x % 32;
+  const int lane = threadIdx.x - (kConsumers * 128 + 32);
   const bool async = (p.a_scale | p.b_scale) % 4 == 0 && p.a_scale_row_stride % 4 == 0 &&
                      p.b_scale_row_stride % 4 == 0;
+  const int codes = (p.k + 31) / 32;
   const int mine = first_tile < tiles ? (tiles - 1 - first_tile) / tile_stride + 1 : 0;
   const int steps = mine * kblocks;
-  const auto origin = [&](int t, int& m0, int& n0, int& kb) {
+  // The origin of the tile of step t.
+  const auto origin = [&](int t, int& m0, int& n0) {
     const Tile tile =
         tile_at(first_tile + (t / kblocks) * tile_stride, tiles_m, tiles_n, p.tile_group);
     m0 = (tile.m * kClusterM + rank) * kBlockM;
     n0 = tile.n * kBlockN;
-    kb = t % kblocks;
   };
+  // The tiles being copied and decoded (kLead steps apart), worked out once
+  // a tile: the loop over a lane's items stays rolled, since unrolled (its
+  // rows kept in registers) it spilled in the loader's 56 registers.
+  int copy_m0 = 0, copy_n0 = 0, decode_m0 = 0, decode_n0 = 0;
   for (int t = 0; t < steps + kLead; ++t) {
+    const int kb_copy = t % kblocks;
     if (t < steps && async) {
-      int m0, n0, kb;
-      origin(t, m0, n0, kb);
+      if (kb_copy == 0) origin(t, copy_m0, copy_n0);
+      const int valid = min(4, codes - 4 * kb_copy);
       unsigned* words = raw + (t % kStages) * kRows;
-      for (int r = lane; r < kRows; r += 32) {
-        int valid;
-        const unsigned char* src = mx_codes(p, m0, n0, kb, r, valid);
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(
-                         shared_address(words + r)),
-                     "l"(src), "r"(valid)
-                     : "memory");
+#pragma unroll 1
+      for (int item = lane; item < kMxItems; item += kMxLanes) {
+        const int r = mx_item_row(item);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (h == 1 && item < kBlockM) continue;
+          const int row = mx_code_row(p, copy_m0, copy_n0, r + h);
+          const unsigned char* src = mx_code_address(p, r + h, max(row, 0), row >= 0 ? kb_copy : 0);
+          asm volatile(
+              "cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(shared_address(words + r + h)),
+              "l"(src), "r"(row >= 0 ? valid : 0)
+              : "memory");
+        }
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -487,33 +537,40 @@ __device__ __forceinline__ void mx_scale_warp(const Fp8GemmParams& p, float* sca
     // kLead) have landed.
     asm volatile("cp.async.wait_group %0;" ::"n"(kLead) : "memory");
     const int u = t - kLead;
-    int m0, n0, kb;
-    origin(u, m0, n0, kb);
+    const int kb = u % kblocks;
+    if (kb == 0) origin(u, decode_m0, decode_n0);
+    const int valid = min(4, codes - 4 * kb);
     const int s = u % kStages;
     barrier_wait(&empty[s], ((u / kStages) & 1) ^ 1);
     float* slot = scale_slots + s * kScaleSlotFloats;
     const unsigned* words = raw + s * kRows;
-    for (int r = lane; r < kRows; r += 32) {
-      int valid;
-      const unsigned char* src = mx_codes(p, m0, n0, kb, r, valid);
-      unsigned word = 0;
-      if (async) {
-        word = words[r];
-      } else {
-        for (int i = 0; i < valid; ++i) word |= static_cast<unsigned>(src[i]) << (8 * i);
+#pragma unroll 1
+    for (int item = lane; item < kMxItems; item += kMxLanes) {
+      const int r = mx_item_row(item);
+      float4 v[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (h == 1 && item < kBlockM) continue;
+        const int row = mx_code_row(p, decode_m0, decode_n0, r + h);
+        const int n = row >= 0 ? valid : 0;
+        unsigned word = 0;
+        if (async) {
+          word = words[r + h];
+        } else {
+          const unsigned char* bytes = mx_code_address(p, r + h, max(row, 0), kb);
+          for (int i = 0; i < n; ++i) word |= static_cast<unsigned>(bytes[i]) << (8 * i);
+        }
+        v[h] = mx_decode(word, n);
       }
-      float v[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) v[i] = e8m0_value(i < valid ? (word >> (8 * i)) & 0xFF : 127);
-      if (r < kBlockM) {
-        *reinterpret_cast<float4*>(slot + 4 * r) = make_float4(v[0], v[1], v[2], v[3]);
+      if (item < kBlockM) {
+        *reinterpret_cast<float4*>(slot + 4 * r) = v[0];
       } else {
-        // Column c = 8j + 2q + h of the tile goes where thread q of a quad
-        // finds its columns of one 32 K in order: [kk][q][2j + h].
-        const int c = r - kBlockM;
-        const int at = 4 * kBlockM + ((c % 8) / 2) * kThreadColumns + 2 * (c / 8) + c % 2;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) slot[at + i * kBlockN] = v[i];
+        const int pair = item - kBlockM;
+        float* at = slot + 4 * kBlockM + (pair % 4) * kThreadColumns + 2 * (pair / 4);
+        *reinterpret_cast<float2*>(at) = make_float2(v[0].x, v[1].x);
+        *reinterpret_cast<float2*>(at + kBlockN) = make_float2(v[0].y, v[1].y);
+        *reinterpret_cast<float2*>(at + 2 * kBlockN) = make_float2(v[0].z, v[1].z);
+        *reinterpret_cast<float2*>(at + 3 * kBlockN) = make_float2(v[0].w, v[1].w);
       }
     }
     barrier_arrive(&full[s]);
@@ -617,27 +674,28 @@ __device__ __forceinline__ void consume(const Fp8GemmParams& p, const unsigned c
             const float s0 = kk == 0 ? sa0.x : kk == 1 ? sa0.y : kk == 2 ? sa0.z : sa0.w;
             const float s1 = kk == 0 ? sa1.x : kk == 1 ? sa1.y : kk == 2 ? sa1.z : sa1.w;
             // This thread's columns' scales for these 32 K are consecutive
-            // floats (mx_scale_warp's order), read four (two column pairs)
-            // at a time as the promotion goes. The loads and the pinned
-            // results keep that order: hoisted all together, the loads took
-            // 32 registers and the 128-wide tile spilled 24 (the math path
-            // is compiled for the launch's 168 a thread).
+            // floats (mx_scale_warps' order), read four (two column pairs)
+            // at a time as the promotion goes, each load issued one group
+            // ahead of its use so that its latency hides under the previous
+            // group's arithmetic. The loads and the pinned results keep that
+            // order: hoisted all together, the loads took 32 registers and
+            // the 128-wide tile spilled 24 (the math path is compiled for
+            // the launch's 168 a thread).
             const unsigned columns =
                 shared_address(slot + 4 * kBlockM + kk * kBlockN + (lane % 4) * kThreadColumns);
+            float sb[2][4];
+            load_shared4(sb[0], columns);
 #pragma unroll
             for (int i = 0; i < kThreadColumns / 4; ++i) {
-              float sb[4];
-              asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-                           : "=f"(sb[0]), "=f"(sb[1]), "=f"(sb[2]), "=f"(sb[3])
-                           : "r"(columns + 16 * i));
+              if (i + 1 < kThreadColumns / 4) load_shared4(sb[(i + 1) % 2], columns + 16 * (i + 1));
 #pragma unroll
               for (int jj = 0; jj < 2; ++jj)
 #pragma unroll
                 for (int c = 0; c < 2; ++c) {
                   const int j = 2 * i + jj;
-                  acc[w][4 * j + c] = fmaf(part[4 * j + c] * sb[2 * jj + c], s0, acc[w][4 * j + c]);
-                  acc[w][4 * j + 2 + c] =
-                      fmaf(part[4 * j + 2 + c] * sb[2 * jj + c], s1, acc[w][4 * j + 2 + c]);
+                  const float b = sb[i % 2][2 * jj + c];
+                  acc[w][4 * j + c] = fmaf(part[4 * j + c] * b, s0, acc[w][4 * j + c]);
+                  acc[w][4 * j + 2 + c] = fmaf(part[4 * j + 2 + c] * b, s1, acc[w][4 * j + 2 + c]);
                 }
 #pragma unroll
               for (int e = 0; e < 8; ++e) asm volatile("" : "+f"(acc[w][8 * i + e]));
@@ -769,8 +827,7 @@ extern "C" __global__ void __launch_bounds__(fp8c_gemm::kThreads, 1)
   unsigned char* b_tiles = a_tiles + kStages * kATileBytes;
   float* scale_slots = reinterpret_cast<float*>(b_tiles + kStages * kBTileBytes);
   unsigned* raw_codes = reinterpret_cast<unsigned*>(scale_slots + kStages * kScaleSlotFloats);
-  unsigned long long* full =
-      reinterpret_cast<unsigned long long*>(raw_codes + kStages * kRawWords);
+  unsigned long long* full = reinterpret_cast<unsigned long long*>(raw_codes + kStages * kRawWords);
   unsigned long long* empty = full + kStages;
 
   // A cluster walks the tiles of a grid whose rows are pairs of tile rows.
@@ -821,9 +878,9 @@ extern "C" __global__ void __launch_bounds__(fp8c_gemm::kThreads, 1)
             tma_load(b_part, &p.b, &full[s], kb * kBlockK, n0);
         }
       }
-    } else if (kMx && threadIdx.x / 32 == kConsumers * 4 + 1) {
-      mx_scale_warp(p, scale_slots, raw_codes, full, empty, tiles_m, tiles_n, tiles, kblocks,
-                    first_tile, tile_stride, rank);
+    } else if (kMx && threadIdx.x / 32 > kConsumers * 4) {
+      mx_scale_warps(p, scale_slots, raw_codes, full, empty, tiles_m, tiles_n, tiles, kblocks,
+                     first_tile, tile_stride, rank);
     } else if (kBlockScaled && threadIdx.x / 32 == kConsumers * 4 + 1) {
       // The scale warp: the same walk, one K block's scales per stage.
       const int lane = threadIdx.x % 32;
