@@ -249,6 +249,17 @@ inline void run_and_check(GemmRunner& runner, Problem& p) {
   check(p);
 }
 
+// An epilogue form run with block or MX scales: its name after the scaling's,
+// the operand types given, and promoted accumulation (what scales need).
+inline Form scaled_form(const Form& epilogue, const std::string& scaling, ElemType a, ElemType b) {
+  Form f = epilogue;
+  f.name = scaling + ", " + epilogue.name;
+  f.a = a;
+  f.b = b;
+  f.fast_accumulate = false;
+  return f;
+}
+
 // 1x128 and 128x128 block scaling: scales uploaded in the layout cuBLASLt
 // reads (cublaslt_requirements.hpp), each element's value scaled by its block.
 // `tile_stride`: floats from one row of 128x128 blocks to the next (0: packed,
@@ -267,14 +278,10 @@ inline Problem make_block_problem(Scaling a_scaling, Scaling b_scaling, const Sh
                 (order == BlockScaleOrder::row_major ? " (row-major 1x128 scales)" : "") +
                 " -> bf16" + (bias ? " + bias" : ""),
             ElemType::e4m3, ElemType::e4m3, ElemType::bf16, bias};
-  if (epilogue) {
-    Form f = *epilogue;
-    f.name = std::string(to_string(a_scaling)) + " x " + std::string(to_string(b_scaling)) + ", " +
-             epilogue->name;
-    f.a = f.b = ElemType::e4m3;
-    f.fast_accumulate = false;
-    p.form = f;
-  }
+  if (epilogue)
+    p.form = scaled_form(
+        *epilogue, std::string(to_string(a_scaling)) + " x " + std::string(to_string(b_scaling)),
+        ElemType::e4m3, ElemType::e4m3);
   p.shape = s;
   p.a = testing::random_matrix(ElemType::e4m3, s.m, s.k, s.k, 8.0, rng);
   p.b = testing::random_matrix(ElemType::e4m3, s.n, s.k, s.k, 8.0, rng);
@@ -325,14 +332,10 @@ inline Problem make_mx_problem(const Shape& s, std::uint32_t seed, ElemType a = 
   p.form = {std::string(to_string(a)) + " x " + std::string(to_string(b)) + " mx_1x32" +
                 (code_stride ? " (code rows padded)" : "") + " -> bf16 + bias",
             a, b, ElemType::bf16, true};
-  if (epilogue) {
-    p.form = *epilogue;
-    p.form.name = std::string(to_string(a)) + " x " + std::string(to_string(b)) + " mx_1x32, " +
-                  epilogue->name;
-    p.form.a = a;
-    p.form.b = b;
-    p.form.fast_accumulate = false;
-  }
+  if (epilogue)
+    p.form = scaled_form(*epilogue,
+                         std::string(to_string(a)) + " x " + std::string(to_string(b)) + " mx_1x32",
+                         a, b);
   p.shape = s;
   p.a = testing::random_matrix(a, s.m, s.k, s.k, 8.0, rng);
   p.b = testing::random_matrix(b, s.n, s.k, s.k, 8.0, rng);
