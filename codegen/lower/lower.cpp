@@ -440,9 +440,10 @@ class Lowering {
     // at 0.89-1.07x of it per-tensor, 0.72-0.76x block-scaled:
     // bench/results/gemm_h200_2026-12-03_00ae176.json); the generated GEMM
     // where cuBLASLt would dequantize the operands or cannot run the form.
-    // Except MXFP8: the generated GEMM's promotion per 32 K ran at about
-    // 120 TFLOP/s, under the dequantize path's bf16 GEMM (H100, 2732106:
-    // bench/results/gemm_mx_h100_2026-12-06_2732106.json), so auto keeps
+    // Except MXFP8: the generated GEMM's promotion per 32 K runs at about
+    // 255-260 TFLOP/s, and mxfp8_proj's layer steps on it at 245-248 against
+    // 605-623 on the dequantize path (H200, d4622c4:
+    // bench/results/gemm_mx_h200_2026-12-06_d4622c4.json), so auto keeps
     // dequantizing until it is faster; gemm = generated runs it.
     if (layer_.gemm == GemmBackend::automatic && !g.high_precision && options_.generated_gemm)
       if (const std::string why = cublaslt_fp8_problem(g); !why.empty())
