@@ -43,7 +43,8 @@
 //    tile's scales for each K block from global memory into the stage's
 //    scale slots (cp.async) and arrives on the same "full" barrier when they
 //    land, running as far ahead as the ring does, so the math warpgroups
-//    find them in shared memory. K-block-major 1x128 scales are copied 16
+//    find them in shared memory (MXFP8: three loader warps, which also
+//    decode the E8M0 codes; mx_scale_warps). K-block-major 1x128 scales are copied 16
 //    bytes (4 rows) at a time, and a B tile inside one 128x128 block takes
 //    one copy: an earlier form copied every row's and column's scale 4
 //    bytes at a time (the B one 128 times over), which ncu counted as a
