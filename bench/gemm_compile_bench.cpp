@@ -5,6 +5,13 @@
 // (CI's 2 cores) with nothing else running.
 //
 //   build/bench/gemm_compile_bench [--json FILE] [--sms N]
+//   build/bench/gemm_compile_bench --every-tile
+//
+// --every-tile is a tuning aid instead: every tile each scaling's description
+// accepts (64, 128 and 256 rows, 16 to 256 columns, e4m3 x e4m3 -> bf16, as
+// many stages as shared memory holds), compiled once each, with registers and
+// spills. With FP8C_GEMM_DEVICE_SOURCE=FILE it shows what a variant of the
+// device code does to them before any GPU time is spent.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -18,17 +25,47 @@
 
 using namespace fp8c;
 
+namespace {
+
+int report_every_tile(const std::vector<Fp8GemmKernel>& forms) {
+  try {
+    for (Fp8GemmKernel k : forms)
+      for (int rows : {64, 128, 256})
+        for (int columns = 16; columns <= 256; columns += 16) {
+          k.block_m = rows;
+          k.block_n = columns;
+          k.stages = 8;
+          while (k.stages > 2 && k.shared_bytes() > kSm90SharedBytes) --k.stages;
+          if (!fp8_gemm_problem(k).empty()) continue;
+          const KernelSource src = emit_cuda(k);
+          const auto o =
+              runtime::compile_to_cubin(src.source, src.name, src.entry, "sm_90a", src.options);
+          std::printf("%-48s %3d registers, spills %d stores %d loads\n", src.name.c_str(),
+                      o.registers, o.spill_stores, o.spill_loads);
+        }
+  } catch (const std::exception& e) {
+    std::cerr << "gemm_compile_bench: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   std::string json;
   int sms = 132;
+  bool every_tile = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) {
       json = argv[++i];
     } else if (a == "--sms" && i + 1 < argc) {
       sms = std::atoi(argv[++i]);
+    } else if (a == "--every-tile") {
+      every_tile = true;
     } else {
-      std::cerr << "usage: gemm_compile_bench [--json FILE] [--sms N]\n";
+      std::cerr << "usage: gemm_compile_bench [--json FILE] [--sms N] | --every-tile\n";
       return 2;
     }
   }
@@ -46,6 +83,7 @@ int main(int argc, char** argv) {
   forms[3].a_scale_rows = forms[3].b_scale_rows = 1;
   forms[4].a_scale_rows = forms[4].b_scale_rows = 1;
   forms[4].mx = true;
+  if (every_tile) return report_every_tile(forms);
   for (const Fp8GemmKernel& form : forms)
     for (const auto& s : shapes) {
       const Fp8GemmKernel k = choose_fp8_gemm({s[0], s[1], s[2], form}, sms).kernel;
