@@ -34,8 +34,7 @@ int report_every_tile(const std::vector<Fp8GemmKernel>& forms) {
         for (int columns = 16; columns <= 256; columns += 16) {
           k.block_m = rows;
           k.block_n = columns;
-          k.stages = 8;
-          while (k.stages > 2 && k.shared_bytes() > kSm90SharedBytes) --k.stages;
+          k.stages = deepest_ring(k);
           if (!fp8_gemm_problem(k).empty()) continue;
           const KernelSource src = emit_cuda(k);
           const auto o =

@@ -83,6 +83,12 @@ std::size_t Fp8GemmKernel::shared_bytes() const {
   return static_cast<std::size_t>(stages) * (128 * rows + scale_bytes) + kBarrierBytes + 1024;
 }
 
+int deepest_ring(Fp8GemmKernel kernel, int most) {
+  kernel.stages = most;
+  while (kernel.stages > 2 && kernel.shared_bytes() > kSm90SharedBytes) --kernel.stages;
+  return kernel.stages;
+}
+
 std::string Fp8GemmKernel::name() const {
   std::ostringstream s;
   s << "fp8_gemm_" << ptx_type(a) << "_" << ptx_type(b) << "_" << to_string(d) << "_";

@@ -83,6 +83,10 @@ struct Fp8GemmKernel {
 // Bytes of shared memory one CTA may have on sm_90 (227 KB).
 inline constexpr std::size_t kSm90SharedBytes = 232448;
 
+// The deepest ring `kernel` fits in kSm90SharedBytes with, at most `most`
+// stages and at least 2 (2 when none fits: fp8_gemm_problem() then says so).
+int deepest_ring(Fp8GemmKernel kernel, int most = 8);
+
 // Why `kernel` is not a configuration the device code can build (empty when
 // it is): types, tile sizes, scale pairings, shared memory.
 std::string fp8_gemm_problem(const Fp8GemmKernel& kernel);

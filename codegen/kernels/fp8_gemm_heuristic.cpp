@@ -89,14 +89,13 @@ Fp8GemmChoice choose_fp8_gemm(const Fp8GemmShape& shape, int sms) {
   k.block_m = best_m;
   k.block_n = shape.block_n > 0 ? shape.block_n : best_n;
   const std::int64_t tiles_m = ceil_div(std::max<std::int64_t>(shape.m, 1), k.block_m);
-  k.stages = 8;
-  while (k.stages > 2 && k.shared_bytes() > kSm90SharedBytes) --k.stages;
+  k.stages = deepest_ring(k);
 
   // Pairs of tile rows share B through a cluster of two; an odd last pair
   // computes a tile of zeros below M.
   if (shape.clusters && k.block_m >= 128 && tiles_m >= 2 && (tiles_m % 2 == 0 || tiles_m >= 8)) {
     k.cluster_m = 2;
-    while (k.stages > 2 && k.shared_bytes() > kSm90SharedBytes) --k.stages;
+    k.stages = deepest_ring(k, k.stages);
   }
 
   Fp8GemmChoice choice;

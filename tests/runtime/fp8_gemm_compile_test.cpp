@@ -331,8 +331,7 @@ TEST_P(Fp8GemmCompile, WidestAcceptedTilesCompileWithoutSpills) {
     std::vector<Fp8GemmKernel> out;
     for (int n = 256; n >= 16 && out.size() < count; n -= 16) {
       k.block_n = n;
-      k.stages = 8;
-      while (k.stages > 2 && k.shared_bytes() > kSm90SharedBytes) --k.stages;
+      k.stages = deepest_ring(k);
       if (fp8_gemm_problem(k).empty()) out.push_back(k);
     }
     return out;
