@@ -39,8 +39,11 @@ int report_every_tile(const std::vector<Fp8GemmKernel>& forms) {
           const KernelSource src = emit_cuda(k);
           const auto o =
               runtime::compile_to_cubin(src.source, src.name, src.entry, "sm_90a", src.options);
-          std::printf("%-48s %3d registers, spills %d stores %d loads\n", src.name.c_str(),
-                      o.registers, o.spill_stores, o.spill_loads);
+          // ptxas says only in its log when it serializes the wgmmas.
+          const bool serialized = o.log.find("wgmma") != std::string::npos;
+          std::printf("%-48s %3d registers, spills %d stores %d loads%s\n", src.name.c_str(),
+                      o.registers, o.spill_stores, o.spill_loads,
+                      serialized ? ", wgmma serialized" : "");
         }
   } catch (const std::exception& e) {
     std::cerr << "gemm_compile_bench: " << e.what() << "\n";
