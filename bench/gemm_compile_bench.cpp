@@ -9,9 +9,10 @@
 //
 // --every-tile is a tuning aid instead: every tile each scaling's description
 // accepts (64, 128 and 256 rows, 16 to 256 columns, e4m3 x e4m3 -> bf16, as
-// many stages as shared memory holds), compiled once each, with registers and
-// spills. With FP8C_GEMM_DEVICE_SOURCE=FILE it shows what a variant of the
-// device code does to them before any GPU time is spent.
+// many stages as shared memory holds), compiled once each, with registers,
+// spills, and whether ptxas serialized the wgmmas. With
+// FP8C_GEMM_DEVICE_SOURCE=FILE it shows what a variant of the device code
+// does to them before any GPU time is spent.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
