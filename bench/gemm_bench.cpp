@@ -5,13 +5,14 @@
 // with a plain bf16 D (what the fusion costs) and cuBLASLt's fused epilogue; and "mx": MXFP8
 // (1x32 blocks, E8M0 scale codes) by promotion per 32 K, against cuBLASLt's 1x128 x 128x128
 // block-scaled GEMM on the same FP8 bytes (Hopper's cuBLASLt has no MXFP8 GEMM: the nearest
-// form a block-scaled user has). Follows the device
+// form a block-scaled user has), the codes K-block-major as the executor's layers hand them
+// (--mx-row-major: as the quantizers write them, the slower form). Follows the device
 // METHOD: FLOPs counted, each runner's D checked before timing (against a float64 reference on
 // sampled elements, and the two runners against each other on every element), warm-up, median of
 // many runs timed with CUDA events, operand sets rotated so that no run finds its inputs in L2.
 //
 //   build/bench/gemm_bench [--iters N] [--json FILE] [--only per_tensor|block|fused|mx]
-//                          [--promoted]
+//                          [--promoted] [--mx-row-major]
 //                          [--shape MxNxK]...
 //
 // cuBLASLt here is fp8c's runner (runtime/gemm): the heuristic's first
@@ -47,11 +48,13 @@ enum class Mode { per_tensor, block, fused, mx };
 // --promoted: per-tensor GEMMs promote every 128 K (what the executor's
 // layers run) instead of accumulating fast.
 bool g_promoted = false;
+// --mx-row-major: MXFP8 codes row-major ([rows][K / 32]) instead of K-block-major.
+bool g_mx_row_major = false;
 
 const char* mode_name(Mode m) {
   return m == Mode::per_tensor ? (g_promoted ? "per_tensor_promoted" : "per_tensor_fast")
          : m == Mode::block    ? "block_1x128_128x128"
-         : m == Mode::mx       ? "mxfp8_1x32"
+         : m == Mode::mx       ? (g_mx_row_major ? "mxfp8_1x32_row_major_codes" : "mxfp8_1x32")
                                : "fused_bias_gelu_e4m3_amax";
 }
 
@@ -100,7 +103,8 @@ double median(std::vector<double> v) {
 struct Operands {
   std::vector<unsigned char> a, b;
   std::vector<float> sa, sb;          // block scales (1x128 K-block-major, 128x128), or one each
-  std::vector<unsigned char> ca, cb;  // mx: E8M0 codes, [rows][ceil(K / 32)]
+  std::vector<unsigned char> ca, cb;  // mx: E8M0 codes, [rows][ceil(K / 32)] (on the device
+                                      // K-block-major unless --mx-row-major)
   DeviceBuffer da, db, dsa, dsb, dca, dcb;
 };
 
@@ -137,10 +141,19 @@ Operands make_operands(const Shape& s, Mode mode, std::uint64_t seed, bool keep_
     const std::size_t row_codes = static_cast<std::size_t>((s.k + 31) / 32);
     o.ca = random_codes(row_codes * static_cast<std::size_t>(s.m), seed + 4);
     o.cb = random_codes(row_codes * static_cast<std::size_t>(s.n), seed + 5);
-    o.dca = DeviceBuffer(o.ca.size());
-    o.dca.upload(o.ca.data(), o.ca.size());
-    o.dcb = DeviceBuffer(o.cb.size());
-    o.dcb.upload(o.cb.data(), o.cb.size());
+    const auto upload_codes = [&](const std::vector<unsigned char>& codes, std::int64_t rows) {
+      std::vector<unsigned char> t = codes;
+      if (!g_mx_row_major)
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (std::size_t j = 0; j < row_codes; ++j)
+            t[j * static_cast<std::size_t>(rows) + static_cast<std::size_t>(r)] =
+                codes[static_cast<std::size_t>(r) * row_codes + j];
+      DeviceBuffer d(t.size());
+      d.upload(t.data(), t.size());
+      return d;
+    };
+    o.dca = upload_codes(o.ca, s.m);
+    o.dcb = upload_codes(o.cb, s.n);
   }
   if (!keep_host) {
     o.a = {};
@@ -180,8 +193,9 @@ GemmArgs args_for(const Shape& s, Mode mode, const Operands& o, CUdeviceptr d) {
   const Scaling sb = mx ? Scaling::mx_1x32 : block ? Scaling::block_128x128 : Scaling::per_tensor;
   GemmArgs g;
   g.a = {o.da.get(), ElemType::e4m3, s.m, s.k, s.k, sa, mx ? o.dca.get() : o.dsa.get()};
-  if (!mx) g.a.scale_order = BlockScaleOrder::k_block_major;
+  if (!mx || !g_mx_row_major) g.a.scale_order = BlockScaleOrder::k_block_major;
   g.b = {o.db.get(), ElemType::e4m3, s.n, s.k, s.k, sb, mx ? o.dcb.get() : o.dsb.get()};
+  if (mx && !g_mx_row_major) g.b.scale_order = BlockScaleOrder::k_block_major;
   g.d = d;
   g.d_type = ElemType::bf16;
   g.ldd = s.n;
@@ -403,6 +417,8 @@ int main(int argc, char** argv) {
       iters = std::atoi(argv[++i]);
     } else if (a == "--json" && i + 1 < argc) {
       json = argv[++i];
+    } else if (a == "--mx-row-major") {
+      g_mx_row_major = true;
     } else if (a == "--promoted") {
       g_promoted = true;
     } else if (a == "--only" && i + 1 < argc) {
@@ -416,7 +432,7 @@ int main(int argc, char** argv) {
       shapes.push_back(s);
     } else {
       std::cerr << "usage: gemm_bench [--iters N] [--json FILE] [--only per_tensor|block|fused|mx] "
-                   "[--promoted] "
+                   "[--promoted] [--mx-row-major] "
                    "[--shape MxNxK]...\n";
       return 2;
     }

@@ -78,14 +78,17 @@ int main(int argc, char** argv) {
   std::vector<Fp8GemmKernel> kernels;
   std::set<std::string> seen;
   // Every scaling the executor runs: per-tensor fast and promoted, 1x128 x
-  // 128x128 (fprop, dgrad), 1x128 x 1x128 (wgrad), MXFP8.
-  std::vector<Fp8GemmKernel> forms(5);
+  // 128x128 (fprop, dgrad), 1x128 x 1x128 (wgrad), MXFP8 with its codes
+  // row-major and K-block-major (what the executor's layers run).
+  std::vector<Fp8GemmKernel> forms(6);
   forms[0].fast_accumulate = true;
   forms[2].a_scale_rows = 1;
   forms[2].b_scale_rows = 128;
   forms[3].a_scale_rows = forms[3].b_scale_rows = 1;
   forms[4].a_scale_rows = forms[4].b_scale_rows = 1;
   forms[4].mx = true;
+  forms[5] = forms[4];
+  forms[5].a_scales_k_major = forms[5].b_scales_k_major = true;
   if (every_tile) return report_every_tile(forms);
   for (const Fp8GemmKernel& form : forms)
     for (const auto& s : shapes) {

@@ -93,7 +93,7 @@ std::string Fp8GemmKernel::name() const {
   std::ostringstream s;
   s << "fp8_gemm_" << ptx_type(a) << "_" << ptx_type(b) << "_" << to_string(d) << "_";
   if (mx) {
-    s << "mx";
+    s << (a_scales_k_major ? "mx_km" : "mx");
   } else if (block_scaled()) {
     s << "b" << a_scale_rows << "x" << b_scale_rows;
     if (a_scales_k_major || b_scales_k_major)
@@ -127,10 +127,11 @@ std::string fp8_gemm_problem(const Fp8GemmKernel& k) {
   if ((k.a_scale_rows == 0) != (k.b_scale_rows == 0))
     return "operands must both be per-tensor or both block-scaled";
   if ((k.a_scales_k_major && k.a_scale_rows != 1) || (k.b_scales_k_major && k.b_scale_rows != 1))
-    return "only 1x128 scales can be read K-block-major";
-  if (k.mx &&
-      (k.a_scale_rows != 1 || k.b_scale_rows != 1 || k.a_scales_k_major || k.b_scales_k_major))
-    return "MXFP8 scales are 1x32 row-major on both operands (scale rows 1, not K-block-major)";
+    return "only 1x128 and MXFP8 scales can be read K-block-major";
+  if (k.mx && (k.a_scale_rows != 1 || k.b_scale_rows != 1))
+    return "MXFP8 scales are 1x32 on both operands (scale rows 1)";
+  if (k.mx && k.a_scales_k_major != k.b_scales_k_major)
+    return "MXFP8 codes must be in one order on both operands (row-major or K-block-major)";
   if (k.block_scaled() && k.fast_accumulate)
     return "block scaling promotes every 128 K; fast accumulation is per-tensor only";
   if (k.block_m != 64 && k.block_m != 128 && k.block_m != 256)

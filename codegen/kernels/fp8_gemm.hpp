@@ -18,7 +18,9 @@
 //   1    1x128 blocks: one float per row and 128 K
 //   128  128x128 blocks: one float per 128 rows and 128 K
 // or, with `mx` (both operands; scale rows 1), MXFP8: one E8M0 code byte
-// per row and 32 K, row-major [rows][ceil(K/32)], each 32 K promoted.
+// per row and 32 K, each 32 K promoted; codes row-major [rows][pitch], or
+// with both k_major flags K-block-major [ceil(K/32)][pitch] (copied 16 rows
+// at a time and decoded by one warp: the fast form).
 // Either both operands are per-tensor or both block-scaled. A 1x128
 // operand's scales may be marked K-block-major (a_scales_k_major /
 // b_scales_k_major): a K block's scales of consecutive rows are consecutive
@@ -44,8 +46,8 @@ struct Fp8GemmKernel {
   ElemType d = ElemType::bf16;
   int a_scale_rows = 0;
   int b_scale_rows = 0;
-  bool a_scales_k_major = false;  // 1x128 only
-  bool b_scales_k_major = false;  // 1x128 only
+  bool a_scales_k_major = false;  // 1x128, or MXFP8 (both alike)
+  bool b_scales_k_major = false;  // 1x128, or MXFP8 (both alike)
   bool fast_accumulate = false;   // per-tensor only
   // MXFP8 (1x32 E8M0 codes, both operands; a/b_scale_rows 1): each 32 K
   // lands in a fresh partial accumulator, added into the fp32 total times

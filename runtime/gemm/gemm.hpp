@@ -33,6 +33,10 @@ namespace fp8c::runtime {
 //                  (VEC128_32F) reads (runtime/gemm/cublaslt_requirements.hpp),
 //                  and what BlockQuantizeKernel::k_block_major writes
 // block_128x128 has one order ([ceil(rows/128)][nb]) and ignores this.
+// mx_1x32's E8M0 codes (bytes), n32 = ceil(k / 32):
+//   row_major      codes[r * n32 + j]: what the quantize kernels write
+//   k_block_major  codes[j * rows + r]: what the generated GEMM reads
+//                  fastest (the lowering transposes them for it)
 enum class BlockScaleOrder { row_major, k_block_major };
 
 struct GemmOperand {
@@ -46,12 +50,13 @@ struct GemmOperand {
   // scale tensor the quantize kernels write (codegen/kernels/block_quantize.hpp).
   Scaling scaling = Scaling::none;
   CUdeviceptr scale_inv = 0;
-  BlockScaleOrder scale_order = BlockScaleOrder::row_major;  // block_1x128 only
+  BlockScaleOrder scale_order = BlockScaleOrder::row_major;  // block_1x128 and mx_1x32
   // block_128x128: floats from one row of 128x128 blocks to the next;
   // 0: packed, ceil(k / 128). cuBLASLt reads rows padded to a multiple of 4
   // blocks (cublaslt_requirements.hpp). mx_1x32: E8M0 codes (bytes) from
   // one row to the next; 0: packed, ceil(k / 32) (a K range of a wider
-  // operand keeps the whole operand's row length).
+  // operand keeps the whole operand's row length); K-block-major, from one
+  // 32-K block to the next, 0: packed, rows.
   std::int64_t scale_stride = 0;
   // High precision only: stored [k][rows] (K outermost, ld >= rows), as a
   // recipe-none layer's wgrad and dgrad read their row-major inputs.

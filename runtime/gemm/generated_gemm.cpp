@@ -38,8 +38,10 @@ bool aligned(CUdeviceptr p, unsigned bytes) {
 
 // 1x128 scales the kernel can copy 16 bytes (4 rows) at a time: a K block's
 // rows consecutive (K-block-major, or one K block), every 4 rows 16-byte
-// aligned.
+// aligned. MXFP8 codes as the caller ordered them (the kernel reads both
+// orders; K-block-major is the fast one).
 bool scales_k_major(const GemmOperand& o) {
+  if (o.scaling == Scaling::mx_1x32) return o.scale_order == BlockScaleOrder::k_block_major;
   if (o.scaling != Scaling::block_1x128) return false;
   const bool consecutive = o.scale_order == BlockScaleOrder::k_block_major || o.k <= 128;
   return consecutive && o.rows % 4 == 0 && aligned(o.scale_inv, 16);
@@ -69,10 +71,15 @@ std::string args_problem(const GemmArgs& g) {
     return "one operand per-tensor and one block-scaled";
   if ((g.a.scaling == Scaling::mx_1x32) != (g.b.scaling == Scaling::mx_1x32))
     return "one operand MXFP8 and the other not";
-  for (const GemmOperand* o : {&g.a, &g.b})
-    if (o->scaling == Scaling::mx_1x32 && o->scale_stride != 0 &&
-        o->scale_stride < ceil_div(o->k, 32))
+  if (g.a.scaling == Scaling::mx_1x32 && g.a.scale_order != g.b.scale_order)
+    return "MXFP8 codes in two orders (one operand row-major, one K-block-major)";
+  for (const GemmOperand* o : {&g.a, &g.b}) {
+    if (o->scaling != Scaling::mx_1x32 || o->scale_stride == 0) continue;
+    if (o->scale_order == BlockScaleOrder::row_major && o->scale_stride < ceil_div(o->k, 32))
       return "an MXFP8 scale row shorter than ceil(K / 32) codes";
+    if (o->scale_order == BlockScaleOrder::k_block_major && o->scale_stride < o->rows)
+      return "a K-block-major MXFP8 code row shorter than the operand's rows";
+  }
   if (g.d == 0) return "no D";
   // Elements are written two at a time: pairs must be aligned.
   const auto pairs_fit = [&](CUdeviceptr at, std::int64_t ld, ElemType t) {
@@ -268,9 +275,14 @@ class Runner final : public GeneratedGemmRunner {
         *row = o.scale_stride ? o.scale_stride : nb;
         *kblock = 1;
         return;
-      case Scaling::mx_1x32:  // bytes: [rows][ceil(k / 32)] E8M0 codes, or rows scale_stride apart
-        *row = o.scale_stride ? o.scale_stride : ceil_div(o.k, 32);
-        *kblock = 4;
+      case Scaling::mx_1x32:  // E8M0 code bytes (fp8_gemm_params.h)
+        if (o.scale_order == BlockScaleOrder::k_block_major) {  // [ceil(k / 32)][scale_stride]
+          *row = 1;
+          *kblock = o.scale_stride ? o.scale_stride : o.rows;
+        } else {  // [rows][ceil(k / 32)], or rows scale_stride apart
+          *row = o.scale_stride ? o.scale_stride : ceil_div(o.k, 32);
+          *kblock = 4;
+        }
         return;
       default:
         *row = *kblock = 0;

@@ -182,8 +182,12 @@ TEST(Fp8GemmKernelDescription, RefusesWhatTheDeviceCodeCannotBuild) {
   bad.b_scale_rows = 128;  // MXFP8 is 1x32 on both operands
   refused(bad);
   bad = mx;
-  bad.a_scales_k_major = true;  // the codes have one order
+  bad.a_scales_k_major = true;  // the codes in one order on both operands
   refused(bad);
+  Fp8GemmKernel k_major = mx;  // K-block-major codes: the fast form, its own cubin
+  k_major.a_scales_k_major = k_major.b_scales_k_major = true;
+  EXPECT_EQ(fp8_gemm_problem(k_major), "");
+  EXPECT_NE(k_major.name(), mx.name());
   bad = mx;
   bad.block_n = 128;  // the columns' scales for 32 K as well: spills
   refused(bad);
@@ -258,13 +262,13 @@ TEST_P(Fp8GemmCompile, PtxasKeepsTheWgmmasAsynchronous) {
   }
 }
 
-// `kernels`, and for each with 1x128 scales the same kernel reading them
-// K-block-major (16-byte scale copies), as the executor's layers run them.
+// `kernels`, and for each with 1x128 scales or MXFP8 codes the same kernel
+// reading them K-block-major (16-byte copies), as the executor's layers run
+// them.
 std::vector<Fp8GemmKernel> with_k_major_scales(std::vector<Fp8GemmKernel> kernels) {
   const std::size_t n = kernels.size();
   for (std::size_t i = 0; i < n; ++i) {
     Fp8GemmKernel k = kernels[i];
-    if (k.mx) continue;  // MXFP8 codes have one order
     k.a_scales_k_major = k.a_scale_rows == 1;
     k.b_scales_k_major = k.b_scale_rows == 1;
     if (k.a_scales_k_major || k.b_scales_k_major) kernels.push_back(k);

@@ -319,37 +319,47 @@ inline Problem make_block_problem(Scaling a_scaling, Scaling b_scaling, const Sh
   return p;
 }
 
-// MXFP8: 1x32 blocks with E8M0 codes, [rows][code_stride] bytes
-// (code_stride 0: packed, ceil(K / 32)), each element's value times
-// 2^(code - 127). Codes from 2^-8 to 2^2, so that both operands' blocks
-// differ within every row and column; `a`, `b` the element types; `epilogue`
-// as for make_block_problem.
+// MXFP8: 1x32 blocks with E8M0 codes, each element's value times
+// 2^(code - 127): row-major [rows][code_stride] bytes (code_stride 0:
+// packed, ceil(K / 32)), or with `order` K-block-major [ceil(K / 32)]
+// [code_stride] (0: packed, rows); padding bytes are NaN codes, which must
+// not be read. Codes from 2^-8 to 2^2, so that both operands' blocks differ
+// within every row and column; `a`, `b` the element types; `epilogue` as for
+// make_block_problem.
 inline Problem make_mx_problem(const Shape& s, std::uint32_t seed, ElemType a = ElemType::e4m3,
                                ElemType b = ElemType::e4m3, std::int64_t code_stride = 0,
-                               const Form* epilogue = nullptr) {
+                               const Form* epilogue = nullptr,
+                               BlockScaleOrder order = BlockScaleOrder::row_major) {
+  const bool k_major = order == BlockScaleOrder::k_block_major;
   std::mt19937 rng(seed);
   Problem p;
   p.form = {std::string(to_string(a)) + " x " + std::string(to_string(b)) + " mx_1x32" +
+                (k_major ? " (codes K-block-major)" : "") +
                 (code_stride ? " (code rows padded)" : "") + " -> bf16 + bias",
             a, b, ElemType::bf16, true};
   if (epilogue)
     p.form = scaled_form(*epilogue,
-                         std::string(to_string(a)) + " x " + std::string(to_string(b)) + " mx_1x32",
+                         std::string(to_string(a)) + " x " + std::string(to_string(b)) +
+                             " mx_1x32" + (k_major ? " (codes K-block-major)" : ""),
                          a, b);
   p.shape = s;
   p.a = testing::random_matrix(a, s.m, s.k, s.k, 8.0, rng);
   p.b = testing::random_matrix(b, s.n, s.k, s.k, 8.0, rng);
   const std::int64_t codes = (s.k + 31) / 32;
-  const std::int64_t stride = code_stride ? code_stride : codes;
   std::uniform_int_distribution<int> code(127 - 8, 127 + 2);
   const auto mx_scales = [&](HostMatrix& m) {
-    std::vector<unsigned char> bytes(static_cast<std::size_t>(m.rows * stride), 0xFF);
+    const std::int64_t stride = code_stride ? code_stride : k_major ? m.rows : codes;
+    const auto at = [&](std::int64_t r, std::int64_t kb) {
+      return static_cast<std::size_t>(k_major ? kb * stride + r : r * stride + kb);
+    };
+    std::vector<unsigned char> bytes(static_cast<std::size_t>((k_major ? codes : m.rows) * stride),
+                                     0xFF);
     for (std::int64_t r = 0; r < m.rows; ++r)
       for (std::int64_t kb = 0; kb < codes; ++kb)
-        bytes[r * stride + kb] = static_cast<unsigned char>(code(rng));
+        bytes[at(r, kb)] = static_cast<unsigned char>(code(rng));
     for (std::int64_t r = 0; r < m.rows; ++r)
       for (std::int64_t c = 0; c < m.cols; ++c)
-        m.values[r * m.cols + c] *= std::ldexp(1.0f, bytes[r * stride + c / 32] - 127);
+        m.values[r * m.cols + c] *= std::ldexp(1.0f, bytes[at(r, c / 32)] - 127);
     return upload(bytes);
   };
   p.a_scales = mx_scales(p.a);
@@ -359,6 +369,7 @@ inline Problem make_mx_problem(const Shape& s, std::uint32_t seed, ElemType a = 
   p.args.a.scale_inv = p.a_scales.get();
   p.args.b.scale_inv = p.b_scales.get();
   p.args.a.scale_stride = p.args.b.scale_stride = code_stride;
+  p.args.a.scale_order = p.args.b.scale_order = order;
   return p;
 }
 

@@ -371,12 +371,15 @@ TEST(GeneratedGemmGpu, MxEveryTypePairing) {
   const ElemType e4 = ElemType::e4m3, e5 = ElemType::e5m2;
   std::uint32_t seed = 1101;
   for (auto [a, b] : {std::pair{e4, e4}, std::pair{e4, e5}, std::pair{e5, e4}, std::pair{e5, e5}})
-    for (const Shape& s : kShapes) {
-      if (s.pad) continue;
-      Problem p = make_mx_problem(s, seed++, a, b);
-      ASSERT_TRUE(runner().choice(p.args).kernel.mx);
-      run_and_check(runner(), p);
-    }
+    for (const Shape& s : kShapes)
+      for (BlockScaleOrder order : {BlockScaleOrder::row_major, BlockScaleOrder::k_block_major}) {
+        if (s.pad) continue;
+        Problem p = make_mx_problem(s, seed++, a, b, 0, nullptr, order);
+        const Fp8GemmKernel k = runner().choice(p.args).kernel;
+        ASSERT_TRUE(k.mx);
+        ASSERT_EQ(k.a_scales_k_major, order == BlockScaleOrder::k_block_major);
+        run_and_check(runner(), p);
+      }
 }
 
 // Code rows longer than ceil(K / 32) (a K range of a wider operand, as the
@@ -391,23 +394,41 @@ TEST(GeneratedGemmGpu, MxPaddedCodeRows) {
           make_mx_problem(s, seed++, ElemType::e4m3, ElemType::e4m3, (s.k + 31) / 32 + extra);
       run_and_check(runner(), p);
     }
+  // K-block-major: rows of codes (one per 32 K) longer than M and N, by 3
+  // (unaligned: read byte by byte) and to the next multiple of 16 and 16
+  // more (16-byte copies).
+  for (const Shape& s : {Shape{256, 384, 640}, Shape{130, 1000, 272}, Shape{1100, 1056, 1024}}) {
+    const std::int64_t rows = std::max(s.m, s.n);
+    for (std::int64_t stride : {rows + 3, (rows + 15) / 16 * 16 + 16}) {
+      Problem p = make_mx_problem(s, seed++, ElemType::e4m3, ElemType::e4m3, stride, nullptr,
+                                  BlockScaleOrder::k_block_major);
+      run_and_check(runner(), p);
+    }
+  }
 }
 
 TEST(GeneratedGemmGpu, MxFusedEpilogues) {
   REQUIRE_HOPPER();
   std::uint32_t seed = 1201;
-  for (const Form& f : epilogue_forms())
+  for (const Form& f : epilogue_forms()) {
     for (const Shape& s : {kShapes[0], kShapes[2], kShapes[4]}) {
       Problem p = make_mx_problem(s, seed++, f.a, f.b, 0, &f);
       run_and_check(runner(), p);
     }
+    Problem p =
+        make_mx_problem(kShapes[2], seed++, f.a, f.b, 0, &f, BlockScaleOrder::k_block_major);
+    run_and_check(runner(), p);
+  }
 }
 
 // Every MXFP8 tile the description accepts, 64 and 128 rows: the scale
 // warps split a stage's A rows and B column pairs over their 96 lanes
 // differently for each (one item a lane at 64 x 64, two at 128 x 112), and
 // the edges of M and N fall inside a tile; K of 272 leaves code rows of 9
-// bytes (read byte by byte).
+// bytes (read byte by byte). The same with K-block-major codes, whose one
+// warp takes a stage's 16-row chunks (24 to 60 of them), rows of codes
+// padded to a multiple of 16 (16-byte copies, the edges of M and N inside a
+// chunk).
 TEST(GeneratedGemmGpu, MxEveryTileShape) {
   REQUIRE_HOPPER();
   std::uint32_t seed = 1301;
@@ -424,13 +445,18 @@ TEST(GeneratedGemmGpu, MxEveryTileShape) {
       const auto sized = make_generated_gemm_runner(*testing::gpu().jit);
       ::unsetenv("FP8C_GEMM_BLOCK_N");
       ::unsetenv("FP8C_GEMM_BLOCK_M");
-      for (const Shape& s : {Shape{200, 520, 1024}, Shape{130, 1000, 272}, Shape{1, 136, 384}}) {
-        Problem p = make_mx_problem(s, seed++);
-        const Fp8GemmKernel chosen = sized->choice(p.args).kernel;
-        ASSERT_EQ(chosen.block_n, width);
-        ASSERT_EQ(chosen.block_m, rows);
-        run_and_check(*sized, p);
-      }
+      for (const Shape& s : {Shape{200, 520, 1024}, Shape{130, 1000, 272}, Shape{1, 136, 384}})
+        for (BlockScaleOrder order : {BlockScaleOrder::row_major, BlockScaleOrder::k_block_major}) {
+          const bool k_major = order == BlockScaleOrder::k_block_major;
+          const std::int64_t pitch = k_major ? (std::max(s.m, s.n) + 15) / 16 * 16 : 0;
+          Problem p =
+              make_mx_problem(s, seed++, ElemType::e4m3, ElemType::e4m3, pitch, nullptr, order);
+          const Fp8GemmKernel chosen = sized->choice(p.args).kernel;
+          ASSERT_EQ(chosen.block_n, width);
+          ASSERT_EQ(chosen.block_m, rows);
+          ASSERT_EQ(chosen.a_scales_k_major, k_major);
+          run_and_check(*sized, p);
+        }
     }
 }
 
@@ -441,29 +467,35 @@ TEST(GeneratedGemmGpu, MxNanCodePoisonsItsRowOrColumnOnly) {
   REQUIRE_HOPPER();
   const Shape s{200, 264, 512};
   const std::int64_t codes = s.k / 32;
-  for (bool in_a : {true, false})
-    for (std::int64_t at : {std::int64_t{77}, std::int64_t{5}, (in_a ? s.m : s.n) - 1}) {
-      Problem p = make_mx_problem(s, 1251);
-      DeviceBuffer& scales = in_a ? p.a_scales : p.b_scales;
-      std::vector<unsigned char> bytes(static_cast<std::size_t>((in_a ? s.m : s.n) * codes));
-      scales.download(bytes.data(), bytes.size());
-      bytes[at * codes + 5] = 0xFF;
-      scales.upload(bytes.data(), bytes.size());
-      Stream stream;
-      poison(p, stream.get());
-      runner().run(p.args, stream.get());
-      stream.synchronize();
-      const auto d = download<unsigned char>(p.dd, p.d_bytes());
-      std::size_t nan_in_line = 0, nan_elsewhere = 0;
-      for (std::int64_t i = 0; i < s.m; ++i)
-        for (std::int64_t j = 0; j < s.n; ++j) {
-          const bool nan = std::isnan(decode(p.form.d, &d[(i * p.args.ldd + j) * 2]));
-          ((in_a ? i : j) == at ? nan_in_line : nan_elsewhere) += nan ? 1 : 0;
-        }
-      EXPECT_EQ(nan_in_line, static_cast<std::size_t>(in_a ? s.n : s.m))
-          << (in_a ? "A row " : "B column ") << at;
-      EXPECT_EQ(nan_elsewhere, 0u) << (in_a ? "A row " : "B column ") << at;
-    }
+  const std::int64_t pitch = 272;  // K-block-major rows of codes: 16-byte copies
+  for (BlockScaleOrder order : {BlockScaleOrder::row_major, BlockScaleOrder::k_block_major})
+    for (bool in_a : {true, false})
+      for (std::int64_t at : {std::int64_t{77}, std::int64_t{5}, (in_a ? s.m : s.n) - 1}) {
+        const bool k_major = order == BlockScaleOrder::k_block_major;
+        SCOPED_TRACE(k_major ? "codes K-block-major" : "codes row-major");
+        Problem p = make_mx_problem(s, 1251, ElemType::e4m3, ElemType::e4m3, k_major ? pitch : 0,
+                                    nullptr, order);
+        DeviceBuffer& scales = in_a ? p.a_scales : p.b_scales;
+        std::vector<unsigned char> bytes(
+            static_cast<std::size_t>(k_major ? codes * pitch : (in_a ? s.m : s.n) * codes));
+        scales.download(bytes.data(), bytes.size());
+        bytes[static_cast<std::size_t>(k_major ? 5 * pitch + at : at * codes + 5)] = 0xFF;
+        scales.upload(bytes.data(), bytes.size());
+        Stream stream;
+        poison(p, stream.get());
+        runner().run(p.args, stream.get());
+        stream.synchronize();
+        const auto d = download<unsigned char>(p.dd, p.d_bytes());
+        std::size_t nan_in_line = 0, nan_elsewhere = 0;
+        for (std::int64_t i = 0; i < s.m; ++i)
+          for (std::int64_t j = 0; j < s.n; ++j) {
+            const bool nan = std::isnan(decode(p.form.d, &d[(i * p.args.ldd + j) * 2]));
+            ((in_a ? i : j) == at ? nan_in_line : nan_elsewhere) += nan ? 1 : 0;
+          }
+        EXPECT_EQ(nan_in_line, static_cast<std::size_t>(in_a ? s.n : s.m))
+            << (in_a ? "A row " : "B column ") << at;
+        EXPECT_EQ(nan_elsewhere, 0u) << (in_a ? "A row " : "B column ") << at;
+      }
 }
 
 TEST(GeneratedGemmGpu, RefusedFormsSayWhyAndThrow) {
@@ -509,6 +541,12 @@ TEST(GeneratedGemmGpu, RefusedFormsSayWhyAndThrow) {
   g.a.scaling = g.b.scaling = Scaling::mx_1x32;
   g.a.scale_stride = (g.a.k + 31) / 32 - 1;
   refused(g, "shorter than ceil(K / 32)");
+  g.a.scale_stride = 0;
+  g.a.scale_order = BlockScaleOrder::k_block_major;
+  refused(g, "two orders");
+  g.b.scale_order = BlockScaleOrder::k_block_major;
+  g.b.scale_stride = g.b.rows - 1;
+  refused(g, "shorter than the operand's rows");
   g = p.args;
   g.a.k = g.b.k = 0;
   refused(g, "out of range");

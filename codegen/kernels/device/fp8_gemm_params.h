@@ -23,9 +23,11 @@ struct alignas(64) TmaDescriptor {
 //    is scale[(r / scale_rows) * scale_row_stride + kb * scale_kblock_stride],
 //    scale_rows being 1 (1x128 blocks) or 128 (128x128 blocks), a compile-time
 //    choice of the kernel;
-//  - MXFP8 (the kernel's kMx): bytes, E8M0 codes, row r's from
-//    scale + r * scale_row_stride, one per 32 K (scale_kblock_stride, 4, is
-//    not read).
+//  - MXFP8 (the kernel's kMx): bytes, E8M0 codes, one per row and 32 K.
+//    Row-major: row r's from scale + r * scale_row_stride
+//    (scale_kblock_stride, 4, is not read). K-block-major (kAScalesKMajor):
+//    the codes of 32-K block j from scale + j * scale_kblock_stride, one
+//    byte a row (scale_row_stride 1).
 // The epilogue's operands (fp8_gemm_sm90.cuh), each read or written only
 // when the kernel's configuration has that part: bias [N]; aux [M][ld_aux]
 // (the pre-activation); d_scale (one float, FP8 D); d_amax (one float's
