@@ -5,15 +5,19 @@
 // with a plain bf16 D (what the fusion costs) and cuBLASLt's fused epilogue; and "mx": MXFP8
 // (1x32 blocks, E8M0 scale codes) by promotion per 32 K, against cuBLASLt's 1x128 x 128x128
 // block-scaled GEMM on the same FP8 bytes (Hopper's cuBLASLt has no MXFP8 GEMM: the nearest
-// form a block-scaled user has), the codes K-block-major as the executor's layers hand them
-// (--mx-row-major: as the quantizers write them, the slower form). Follows the device
+// form a block-scaled user has), the codes row-major as the quantizers write them and the
+// executor's layers hand them (--mx-k-major: K-block-major, the slower form). Follows the device
 // METHOD: FLOPs counted, each runner's D checked before timing (against a float64 reference on
 // sampled elements, and the two runners against each other on every element), warm-up, median of
 // many runs timed with CUDA events, operand sets rotated so that no run finds its inputs in L2.
 //
 //   build/bench/gemm_bench [--iters N] [--json FILE] [--only per_tensor|block|fused|mx]
-//                          [--promoted] [--mx-row-major]
+//                          [--promoted] [--mx-k-major] [--table FILE]
 //                          [--shape MxNxK]...
+//
+// --table FILE writes the verified per-tensor (with --promoted: how layers run them) and
+// block-scaled measurements as the table `gemm = auto` picks backends by
+// (codegen/lower/gemm_table.hpp); put it at $FP8C_GEMM_TABLE or gemm_table.txt in the cubin cache.
 //
 // cuBLASLt here is fp8c's runner (runtime/gemm): the heuristic's first
 // algorithm, as the executor calls it. bench/gpu.sh also runs the peers'
@@ -29,6 +33,7 @@
 #include <sstream>
 #include <vector>
 
+#include "codegen/lower/gemm_table.hpp"
 #include "codegen/numerics/fp8.hpp"
 #include "codegen/numerics/half.hpp"
 #include "runtime/device.hpp"
@@ -48,13 +53,13 @@ enum class Mode { per_tensor, block, fused, mx };
 // --promoted: per-tensor GEMMs promote every 128 K (what the executor's
 // layers run) instead of accumulating fast.
 bool g_promoted = false;
-// --mx-row-major: MXFP8 codes row-major ([rows][K / 32]) instead of K-block-major.
-bool g_mx_row_major = false;
+// --mx-k-major: MXFP8 codes K-block-major ([K / 32][rows]) instead of row-major.
+bool g_mx_k_major = false;
 
 const char* mode_name(Mode m) {
   return m == Mode::per_tensor ? (g_promoted ? "per_tensor_promoted" : "per_tensor_fast")
          : m == Mode::block    ? "block_1x128_128x128"
-         : m == Mode::mx       ? (g_mx_row_major ? "mxfp8_1x32_row_major_codes" : "mxfp8_1x32")
+         : m == Mode::mx       ? (g_mx_k_major ? "mxfp8_1x32_k_major_codes" : "mxfp8_1x32")
                                : "fused_bias_gelu_e4m3_amax";
 }
 
@@ -104,7 +109,7 @@ struct Operands {
   std::vector<unsigned char> a, b;
   std::vector<float> sa, sb;          // block scales (1x128 K-block-major, 128x128), or one each
   std::vector<unsigned char> ca, cb;  // mx: E8M0 codes, [rows][ceil(K / 32)] (on the device
-                                      // K-block-major unless --mx-row-major)
+                                      // K-block-major with --mx-k-major)
   DeviceBuffer da, db, dsa, dsb, dca, dcb;
 };
 
@@ -143,7 +148,7 @@ Operands make_operands(const Shape& s, Mode mode, std::uint64_t seed, bool keep_
     o.cb = random_codes(row_codes * static_cast<std::size_t>(s.n), seed + 5);
     const auto upload_codes = [&](const std::vector<unsigned char>& codes, std::int64_t rows) {
       std::vector<unsigned char> t = codes;
-      if (!g_mx_row_major)
+      if (g_mx_k_major)
         for (std::int64_t r = 0; r < rows; ++r)
           for (std::size_t j = 0; j < row_codes; ++j)
             t[j * static_cast<std::size_t>(rows) + static_cast<std::size_t>(r)] =
@@ -193,9 +198,9 @@ GemmArgs args_for(const Shape& s, Mode mode, const Operands& o, CUdeviceptr d) {
   const Scaling sb = mx ? Scaling::mx_1x32 : block ? Scaling::block_128x128 : Scaling::per_tensor;
   GemmArgs g;
   g.a = {o.da.get(), ElemType::e4m3, s.m, s.k, s.k, sa, mx ? o.dca.get() : o.dsa.get()};
-  if (!mx || !g_mx_row_major) g.a.scale_order = BlockScaleOrder::k_block_major;
+  if (!mx || g_mx_k_major) g.a.scale_order = BlockScaleOrder::k_block_major;
   g.b = {o.db.get(), ElemType::e4m3, s.n, s.k, s.k, sb, mx ? o.dcb.get() : o.dsb.get()};
-  if (mx && !g_mx_row_major) g.b.scale_order = BlockScaleOrder::k_block_major;
+  if (mx && g_mx_k_major) g.b.scale_order = BlockScaleOrder::k_block_major;
   g.d = d;
   g.d_type = ElemType::bf16;
   g.ldd = s.n;
@@ -409,7 +414,7 @@ Result run_case(GeneratedGemmRunner& ours, GemmRunner& cublaslt, const Shape& s,
 
 int main(int argc, char** argv) {
   int iters = 30;
-  std::string json, only;
+  std::string json, only, table_file;
   std::vector<Shape> shapes;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -417,8 +422,10 @@ int main(int argc, char** argv) {
       iters = std::atoi(argv[++i]);
     } else if (a == "--json" && i + 1 < argc) {
       json = argv[++i];
-    } else if (a == "--mx-row-major") {
-      g_mx_row_major = true;
+    } else if (a == "--table" && i + 1 < argc) {
+      table_file = argv[++i];
+    } else if (a == "--mx-k-major") {
+      g_mx_k_major = true;
     } else if (a == "--promoted") {
       g_promoted = true;
     } else if (a == "--only" && i + 1 < argc) {
@@ -432,7 +439,7 @@ int main(int argc, char** argv) {
       shapes.push_back(s);
     } else {
       std::cerr << "usage: gemm_bench [--iters N] [--json FILE] [--only per_tensor|block|fused|mx] "
-                   "[--promoted] [--mx-row-major] "
+                   "[--promoted] [--mx-k-major] [--table FILE] "
                    "[--shape MxNxK]...\n";
       return 2;
     }
@@ -447,6 +454,8 @@ int main(int argc, char** argv) {
     auto generated = make_generated_gemm_runner(jit);
     auto cublaslt = make_cublaslt_runner();
     std::vector<Result> results;
+    GemmTable table;  // --table: what gemm = auto picks by
+    table.gpu = device.name();
     bool all_ok = true;
     for (Mode mode : {Mode::per_tensor, Mode::block, Mode::fused, Mode::mx}) {
       const char* key = mode == Mode::per_tensor ? "per_tensor"
@@ -464,6 +473,12 @@ int main(int argc, char** argv) {
           std::printf("%-36s plain bf16 D %8.3f ms: fused runs at %.3fx of plain\n", "", r.plain_ms,
                       r.plain_ms / r.ours_ms);
         std::fflush(stdout);
+        // The forms a layer runs (gemm_table.hpp): per-tensor GEMMs promote there.
+        if (r.verified && ((mode == Mode::per_tensor && g_promoted) || mode == Mode::block))
+          table.entries.push_back(
+              {mode == Mode::block ? GemmForm::block_1x128_128x128 : GemmForm::per_tensor,
+               static_cast<std::uint64_t>(s.m), static_cast<std::uint64_t>(s.n),
+               static_cast<std::uint64_t>(s.k), r.ours_ms, r.cublaslt_ms});
         results.push_back(r);
       }
     }
@@ -490,6 +505,12 @@ int main(int argc, char** argv) {
             << (i + 1 < results.size() ? "," : "") << "\n";
       }
       out << "  ]\n}\n";
+    }
+    if (!table_file.empty()) {
+      std::ofstream out(table_file);
+      out << format_gemm_table(table);
+      if (!out) throw std::runtime_error("cannot write " + table_file);
+      std::printf("%zu measurements written to %s\n", table.entries.size(), table_file.c_str());
     }
     return all_ok ? 0 : 1;
   } catch (const std::exception& e) {

@@ -1,6 +1,8 @@
 // Plan -> lowered layer: each typed step's launches, GEMM calls and
 // collectives on the target's GEMM backend (lowered.hpp).
 #include <algorithm>
+#include <cstdio>
+#include <optional>
 
 #include "codegen/lower/lowered.hpp"
 #include "codegen/lower/schedule.hpp"
@@ -374,21 +376,10 @@ class Lowering {
   }
 
   // A 1x128 operand's scales in the order cuBLASLt reads, where they differ
-  // (one transpose per rank segment of a segmented operand, in one launch);
-  // an MXFP8 operand's codes K-block-major, the order the generated GEMM
-  // reads fastest (a byte transpose of M x K/32 codes: 1/32 of the
-  // operand's bytes, where decoding them row-major held the GEMM at 258
-  // TFLOP/s at 8192^3 on the H200).
+  // (one transpose per rank segment of a segmented operand, in one launch).
   void block_scale_layout(LoweredStep& l, LaunchRole role, const Tensor& op) {
-    const std::uint64_t rows = op.dims[static_cast<std::size_t>(op.outer_dim())].local;
-    if (op.scaling == Scaling::mx_1x32) {
-      const std::uint64_t codes =
-          (op.dims[static_cast<std::size_t>(op.inner_dim())].local + 31) / 32;
-      launch(l, role, {TransposeKernel{1}});
-      block_scales_ += round_up(rows * codes, 256);
-      return;
-    }
     if (op.scaling != Scaling::block_1x128) return;
+    const std::uint64_t rows = op.dims[static_cast<std::size_t>(op.outer_dim())].local;
     const std::uint64_t nb = op.dims[static_cast<std::size_t>(op.inner_dim())].local / 128;
     if (nb <= 1) return;  // one block per row: both orders are the same
     launch(l, role, {TransposeKernel{4}});
@@ -469,7 +460,59 @@ class Lowering {
             return generated_gemm(l, g);
           }
         }
+    // Where both run it in FP8, a table of measurements decides instead of
+    // the rule, when there is one.
+    if (layer_.gemm == GemmBackend::automatic && !g.high_precision && options_.generated_gemm &&
+        cublaslt_fp8_problem(g).empty() && generated_gemm_problem(g).empty() &&
+        table_prefers_generated(role, g))
+      return generated_gemm(l, g);
     cublaslt_gemm(l, g);
+  }
+
+  // gemm = auto with a table of measured times (gemm_table.hpp): whether
+  // the generated GEMM was the faster at the nearest measured shape of this
+  // GEMM's form (one call's M, N and K: a K of rank segments is one call a
+  // segment). Notes say which measurement decided, or why none did.
+  bool table_prefers_generated(const std::string& role, const GemmStep& g) {
+    if (!options_.gemm_table) {
+      if (!options_.gemm_table_note.empty()) note_once(options_.gemm_table_note);
+      return false;
+    }
+    const GemmTable& table = *options_.gemm_table;
+    const Tensor& a = t(g.a);
+    const Tensor& b = t(g.b);
+    std::optional<GemmForm> form;
+    if (!a.block_scaled() && !b.block_scaled())
+      form = GemmForm::per_tensor;
+    else if (a.scaling == Scaling::block_1x128 && b.scaling == Scaling::block_128x128)
+      form = GemmForm::block_1x128_128x128;
+    else if (a.scaling == Scaling::block_1x128 && b.scaling == Scaling::block_1x128)
+      form = GemmForm::block_1x128_1x128;
+    if (!form) return false;  // a form no table measures: the rule stands
+    const auto dim = [](const Tensor& op, int d) {
+      return op.dims[static_cast<std::size_t>(d)].local;
+    };
+    const bool segmented = (a.segmented || b.segmented) && g.segmented_k;
+    const std::uint64_t m = dim(a, a.outer_dim()), n = dim(b, b.outer_dim());
+    const std::uint64_t k = dim(a, a.inner_dim()) / (segmented ? plan_.ranks : 1);
+    const auto shape = [](std::uint64_t x, std::uint64_t y, std::uint64_t z) {
+      return std::to_string(x) + "x" + std::to_string(y) + "x" + std::to_string(z);
+    };
+    const GemmTableEntry* e = table.nearest(*form, m, n, k);
+    if (!e) {
+      note_once(role + ": on cuBLASLt (gemm = auto): " + table.source + " measured no " +
+                std::string(to_string(*form)) + " GEMM within 2x of " + shape(m, n, k) +
+                " in every dim");
+      return false;
+    }
+    const bool generated = e->generated_ms < e->cublaslt_ms;
+    char times[96];
+    std::snprintf(times, sizeof times, "%.3f ms against %.3f", e->generated_ms, e->cublaslt_ms);
+    note_once(role + ": " + (generated ? "the generated GEMM" : "cuBLASLt") +
+              " (gemm = auto), the faster at " + std::string(to_string(*form)) + " " +
+              shape(e->m, e->n, e->k) + " in " + table.source + " (generated " + times +
+              " on cuBLASLt)");
+    return generated;
   }
 
   void cublaslt_gemm(LoweredStep& l, const GemmStep& g) {
@@ -548,12 +591,13 @@ class Lowering {
     // and the kernel copies a K block's scales of 4 rows in one 16-byte
     // copy where rows are a multiple of 4 (fp8_gemm_sm90.cuh), for the cost
     // of a transpose of M x K/128 floats (0.2% of the GEMM's bytes).
-    // MXFP8 codes K-block-major too, except in a GEMM read one K segment at
-    // a time (its codes stay row-major: the byte transpose takes no batch of
-    // segments).
+    // MXFP8 codes stay as the quantizers write them (row-major): the
+    // kernel's K-block-major form, which would need a byte transpose of
+    // them first, measured slower (H100, 8f3478c, 8192^3: 204 TFLOP/s
+    // against 269 row-major; bench/results/gemm_mx_h100_2026-12-07_8f3478c.json).
     const bool segmented = (a.segmented || b.segmented) && g.segmented_k;
     const auto k_major = [&](const Tensor& op) {
-      if (op.scaling == Scaling::mx_1x32) return !segmented;
+      if (op.scaling == Scaling::mx_1x32) return false;
       const auto dim = [&](int d) { return op.dims[static_cast<std::size_t>(d)].local; };
       return segmented || (dim(op.outer_dim()) % 4 == 0 && dim(op.inner_dim()) % 128 == 0);
     };

@@ -10,12 +10,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "codegen/kernels/generated_kernel.hpp"
+#include "codegen/lower/gemm_table.hpp"
 #include "codegen/lower/ring.hpp"
 #include "codegen/plan/plan.hpp"
 #include "fp8c/spec.hpp"
@@ -206,6 +208,12 @@ struct LowerOptions {
   // A second compute stream for work beside the GEMMs (schedule.hpp); off
   // with FP8C_SIDE_STREAM=0 on a GPU (runtime/gemm/gemm.hpp), to measure it.
   bool side_stream = true;
+  // Measured times of both GEMM backends (gemm_table.hpp): where set,
+  // `gemm = auto` gives a GEMM both run in FP8 to the one measured faster
+  // at the nearest shape, instead of keeping cuBLASLt; `gemm_table_note`
+  // says why a table was offered and not used (a note of every layer).
+  std::shared_ptr<const GemmTable> gemm_table;
+  std::string gemm_table_note;
 };
 
 // What a spec's target offers: cuBLASLt's block-scaled mode is Hopper's

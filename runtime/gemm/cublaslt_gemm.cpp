@@ -18,6 +18,7 @@
 #include "runtime/gemm/cublaslt_library.hpp"
 #include "runtime/gemm/cublaslt_requirements.hpp"
 #include "runtime/gemm/gemm.hpp"
+#include "runtime/gemm/gemm_table_file.hpp"
 #include "runtime/gemm/workspace_pool.hpp"
 
 namespace fp8c::runtime {
@@ -282,6 +283,16 @@ class Plan {
   cublasLtMatmulAlgo_t algo_ = {};
 };
 
+// The name of the current context's GPU (current_sm() has checked for one).
+std::string current_gpu_name() {
+  const DriverApi& cu = driver();
+  CUdevice device = 0;
+  FP8C_CU(cu.cuCtxGetDevice(&device));
+  char name[256] = {};
+  FP8C_CU(cu.cuDeviceGetName(name, sizeof name, device));
+  return name;
+}
+
 // The compute capability of the current context's GPU (90 for H100/H200).
 int current_sm() {
   std::string reason;
@@ -403,6 +414,8 @@ LowerOptions cublaslt_lower_options() {
   // The side stream (codegen/lower/schedule.hpp), off to measure what it gives.
   if (const char* env = std::getenv("FP8C_SIDE_STREAM"); env && std::string(env) == "0")
     o.side_stream = false;
+  // The measured times `gemm = auto` picks a backend by, where there are any.
+  if (o.generated_gemm) attach_gemm_table(o, current_gpu_name());
   return o;
 }
 

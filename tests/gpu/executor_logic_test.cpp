@@ -359,10 +359,11 @@ void for_each_lowered_layer(
 
 // Every GEMM of every spec in examples/ and tests/specs at 1, 2, 4 and 8
 // ranks and 1024, 1056 and 4096 tokens (where the spec splits that way),
-// lowered with the default (Hopper) options; `backend`, when given,
+// lowered with `options` (default: Hopper's); `backend`, when given,
 // replaces every layer's `gemm =` (whatever the spec's target).
 void for_each_lowered_gemm(std::optional<GemmBackend> backend,
-                           const std::function<void(const LoweredGemm&)>& visit) {
+                           const std::function<void(const LoweredGemm&)>& visit,
+                           const LowerOptions& options = {}) {
   for (const auto& file : spec_files()) {
     Spec spec = load_spec(file);
     if (backend)
@@ -376,7 +377,7 @@ void for_each_lowered_gemm(std::optional<GemmBackend> backend,
           continue;  // does not split that way
         }
         for (const LayerPlan& lp : plan.layers) {
-          const LoweredLayer low = lower_layer(*spec.find_layer(lp.layer), lp, {});
+          const LoweredLayer low = lower_layer(*spec.find_layer(lp.layer), lp, options);
           for (const auto& [steps, lowered] :
                {std::pair{&lp.forward, &low.forward}, std::pair{&lp.backward, &low.backward}})
             for (std::size_t i = 0; i < steps->size(); ++i) {
@@ -497,6 +498,117 @@ TEST(ExecutorLogic, EveryAutoGemmIsOneItsBackendTakes) {
   EXPECT_GT(dequantized, 0);   // MXFP8
   std::printf("auto: %d on cuBLASLt, %d generated, %d dequantized\n", on_cublaslt, on_generated,
               dequantized);
+}
+
+// With a table of measurements (codegen/lower/gemm_table.hpp) that has the
+// generated GEMM faster at every shape, `gemm = auto` moves every GEMM both
+// backends run in FP8 onto it, each a call it takes, with the note naming
+// the measurement; one that has it slower keeps them all on cuBLASLt.
+TEST(ExecutorLogic, AutoFollowsATableOfMeasurements) {
+  for (const bool generated_faster : {true, false}) {
+    auto table = std::make_shared<GemmTable>();
+    table->source = "table.txt";
+    for (GemmForm form :
+         {GemmForm::per_tensor, GemmForm::block_1x128_128x128, GemmForm::block_1x128_1x128})
+      for (std::uint64_t m = 16; m <= (1u << 17); m *= 2)
+        for (std::uint64_t n = 16; n <= (1u << 17); n *= 2)
+          for (std::uint64_t k = 16; k <= (1u << 17); k *= 2)
+            table->entries.push_back(
+                {form, m, n, k, generated_faster ? 1.0 : 2.0, generated_faster ? 2.0 : 1.0});
+    LowerOptions options;
+    options.gemm_table = table;
+    int moved = 0, kept = 0, measured_kept = 0;
+    for_each_lowered_gemm(
+        GemmBackend::automatic,
+        [&](const LoweredGemm& x) {
+          if (x.step.high_precision || x.call.operands != GemmCall::Operands::fp8) return;
+          const Tensor& a = x.plan.tensor(x.step.a);
+          const bool measured_form = !a.block_scaled() || a.scaling == Scaling::block_1x128;
+          for (std::int64_t r = 0; r < static_cast<std::int64_t>(x.call.segments); ++r) {
+            const GemmArgs args = executor_args(x.plan, x.step, x.call, x.lowered_step, r);
+            if (x.call.backend == "generated") {
+              EXPECT_EQ(generated_gemm_problem(args, false, 132), "") << x.where;
+              // The rule's cases (cuBLASLt cannot run it in FP8) stay generated either way.
+              if (has_note(x.lowered, "the generated GEMM (gemm = auto), the faster at")) ++moved;
+            } else {
+              EXPECT_FALSE(cublaslt_form_problem(args, kCublasLtBlockScalingVersion, 90))
+                  << x.where;
+              ++kept;
+              if (measured_form && has_note(x.lowered, "cuBLASLt (gemm = auto), the faster at "))
+                ++measured_kept;
+            }
+          }
+        },
+        options);
+    if (generated_faster) {
+      EXPECT_GT(moved, 100);
+      // Only forms no table measures (128x128 x 1x128) stay on cuBLASLt.
+      EXPECT_LT(kept, moved / 10) << kept << " kept, " << moved << " moved";
+    } else {
+      EXPECT_EQ(moved, 0);
+      EXPECT_GT(measured_kept, 100);
+    }
+  }
+}
+
+// A table's measurement decides only near its shape (within 2x in every
+// dim), names itself and its times in the notes, and one measured on
+// another GPU is not used (runtime/gemm/gemm_table_file.hpp) and says so.
+TEST(ExecutorLogic, AutoTableNotesSayWhatDecided) {
+  const Spec spec = load_spec(::fp8c::testing::source_path("examples/gpt_mlp.fp8"));
+  const Plan plan = plan_spec(spec, {1, 4096});
+  const LayerPlan& lp = plan.layers[0];
+  const Layer& layer = *spec.find_layer(lp.layer);
+  // The fprop GEMM's shape, from the plan: M tokens, N the output features, K the input ones.
+  const GemmStep* fprop = nullptr;
+  for (const Step& s : lp.forward)
+    if (const auto* g = s.as<GemmStep>(); g && g->role == GemmRole::fprop) fprop = g;
+  ASSERT_NE(fprop, nullptr);
+  const Tensor& a = lp.tensor(fprop->a);
+  const Tensor& b = lp.tensor(fprop->b);
+  const std::uint64_t m = a.dims[static_cast<std::size_t>(a.outer_dim())].local;
+  const std::uint64_t n = b.dims[static_cast<std::size_t>(b.outer_dim())].local;
+  const std::uint64_t k = a.dims[static_cast<std::size_t>(a.inner_dim())].local;
+  const auto fprop_backend = [&](const LoweredLayer& low) {
+    for (const auto& l : low.forward)
+      for (const auto& action : l.actions)
+        if (const auto* c = std::get_if<GemmCall>(&action); c && c->role == GemmRole::fprop)
+          return c->backend;
+    return std::string("none");
+  };
+  auto table = std::make_shared<GemmTable>();
+  table->source = "measured.txt";
+  table->entries.push_back({GemmForm::per_tensor, m * 2, n, k, 0.5, 0.75});
+  LowerOptions options;
+  options.gemm_table = table;
+  LoweredLayer low = lower_layer(layer, lp, options);
+  EXPECT_EQ(fprop_backend(low), "generated");
+  const std::string shape =
+      std::to_string(m * 2) + "x" + std::to_string(n) + "x" + std::to_string(k);
+  EXPECT_TRUE(has_note(low, "fprop: the generated GEMM (gemm = auto), the faster at per_tensor " +
+                                shape + " in measured.txt (generated 0.500 ms against 0.750"));
+
+  // Beyond 2x in one dim: no measurement applies, the rule stands.
+  table->entries[0].m = m * 4;
+  low = lower_layer(layer, lp, options);
+  EXPECT_EQ(fprop_backend(low), "cublaslt");
+  EXPECT_TRUE(has_note(low,
+                       "fprop: on cuBLASLt (gemm = auto): measured.txt measured no "
+                       "per_tensor GEMM within 2x of"));
+
+  // A table for another GPU: the note says it was not used.
+  LowerOptions other;
+  other.gemm_table_note =
+      "gemm = auto: the GEMM table t.txt was measured on A, not this B; not used";
+  low = lower_layer(layer, lp, other);
+  EXPECT_EQ(fprop_backend(low), "cublaslt");
+  EXPECT_TRUE(has_note(low, "measured on A, not this B; not used"));
+
+  // `gemm = cublaslt` is not overridden by any table.
+  Layer pinned = layer;
+  pinned.gemm = GemmBackend::cublaslt;
+  table->entries[0].m = m;
+  EXPECT_EQ(fprop_backend(lower_layer(pinned, lp, options)), "cublaslt");
 }
 
 // `fp8c plan --lowered` shows the choice, from the spec's target: Hopper runs

@@ -6,6 +6,7 @@
 #include "codegen/plan/plan_print.hpp"
 #include "codegen/plan/planner.hpp"
 #include "fp8c/dsl.hpp"
+#include "runtime/gemm/gemm_table_file.hpp"
 #include "tools/fp8c/commands.hpp"
 
 namespace fp8c::tools {
@@ -13,7 +14,7 @@ namespace {
 
 constexpr std::string_view kPlanHelp =
     "usage: fp8c plan FILE [--layer L] [--ranks N] [--tokens M] [--json | --lowered]\n"
-    "                      [--gemm auto|cublaslt|generated]\n"
+    "                      [--gemm auto|cublaslt|generated] [--gemm-table FILE]\n"
     "\n"
     "Plans every layer of FILE (or only layer L) for one training step of M\n"
     "tokens (default 8192) on N tensor-parallel ranks (default: each layer's\n"
@@ -34,6 +35,9 @@ constexpr std::string_view kPlanHelp =
     "               the kernels a Session compiles (docs/plan-json.md)\n"
     "  --gemm G     with --lowered: every layer's FP8 GEMMs on G (auto, cublaslt, or\n"
     "               generated: fp8c's own, sm_90a) instead of what its `gemm =` says\n"
+    "  --gemm-table FILE  with --lowered: `gemm = auto` picks by the measured times\n"
+    "               in FILE (`gemm_bench --table FILE` writes one; docs/gemm.md), as\n"
+    "               the runtime does with $FP8C_GEMM_TABLE\n"
     "\n"
     "Exit status: 0 success, 1 invalid spec or planning error, 2 usage error.\n";
 
@@ -42,6 +46,7 @@ int run_plan(const Args& args) {
   PlanOptions options;
   bool json = false, lowered = false;
   std::optional<GemmBackend> gemm;
+  std::string gemm_table;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&](const char* option, std::string& out) {
@@ -62,6 +67,9 @@ int run_plan(const Args& args) {
       if (!value("--gemm", v) || !parse_gemm_backend(v, b))
         return usage_error("plan", "--gemm must be auto, cublaslt or generated");
       gemm = b;
+    } else if (a == "--gemm-table") {
+      if (!value("--gemm-table", gemm_table) || gemm_table.empty())
+        return usage_error("plan", "--gemm-table needs a file");
     } else if (a == "--ranks" || a == "--tokens") {
       std::uint64_t n = 0;
       if (!value(a.c_str(), v) || !parse_count(v, n))
@@ -83,6 +91,7 @@ int run_plan(const Args& args) {
   if (file.empty()) return usage_error("plan", "no file given");
   if (json && lowered) return usage_error("plan", "--json and --lowered do not go together");
   if (gemm && !lowered) return usage_error("plan", "--gemm needs --lowered");
+  if (!gemm_table.empty() && !lowered) return usage_error("plan", "--gemm-table needs --lowered");
   std::optional<Spec> loaded = load_spec_reporting(file);
   if (!loaded) return 1;
   if (gemm) set_gemm_backend(*loaded, *gemm);
@@ -103,10 +112,20 @@ int run_plan(const Args& args) {
     return 1;
   }
   if (!layer.empty()) std::erase_if(plan.layers, [&](const auto& l) { return l.layer != layer; });
-  if (lowered)
-    std::cout << print_lowered(plan, lower_plan(spec, plan));
-  else
+  if (lowered) {
+    LowerOptions lower_options = lower_options_for(spec.target);
+    if (!gemm_table.empty()) {
+      try {
+        lower_options.gemm_table = runtime::read_gemm_table(gemm_table);
+      } catch (const std::exception& e) {
+        std::cerr << "fp8c plan: " << e.what() << "\n";
+        return 1;
+      }
+    }
+    std::cout << print_lowered(plan, lower_plan(spec, plan, lower_options));
+  } else {
     std::cout << (json ? plan_to_json(plan) : print_plan(plan));
+  }
   return 0;
 }
 
