@@ -11,7 +11,7 @@
 // sampled elements, and the two runners against each other on every element), warm-up, median of
 // many runs timed with CUDA events, operand sets rotated so that no run finds its inputs in L2.
 //
-//   build/bench/gemm_bench [--iters N] [--json FILE] [--only per_tensor|block|fused|mx]
+//   build/bench/gemm_bench [--iters N] [--json FILE] [--only per_tensor|block|fused|mx[,...]]
 //                          [--promoted] [--mx-k-major] [--table FILE]
 //                          [--shape MxNxK]...
 //
@@ -438,9 +438,10 @@ int main(int argc, char** argv) {
       }
       shapes.push_back(s);
     } else {
-      std::cerr << "usage: gemm_bench [--iters N] [--json FILE] [--only per_tensor|block|fused|mx] "
-                   "[--promoted] [--mx-k-major] [--table FILE] "
-                   "[--shape MxNxK]...\n";
+      std::cerr
+          << "usage: gemm_bench [--iters N] [--json FILE] [--only per_tensor|block|fused|mx[,...]] "
+             "[--promoted] [--mx-k-major] [--table FILE] "
+             "[--shape MxNxK]...\n";
       return 2;
     }
   }
@@ -462,7 +463,9 @@ int main(int argc, char** argv) {
                         : mode == Mode::block    ? "block"
                         : mode == Mode::mx       ? "mx"
                                                  : "fused";
-      if (!only.empty() && only != key) continue;
+      if (!only.empty() &&
+          ("," + only + ",").find("," + std::string(key) + ",") == std::string::npos)
+        continue;
       for (const Shape& s : shapes) {
         Result r = run_case(*generated, *cublaslt, s, mode, iters);
         all_ok = all_ok && r.verified;

@@ -172,6 +172,9 @@ if [ "${FP8C_ONLY:-quantize}" = gemm ] || [ -z "${FP8C_ONLY:-}" ]; then
   done
   python3 bench/merge_gemm_results.py "$out/gemm_fp8c.json" "$out/gemm_peer_cublaslt_bench.json" \
     "$out/gemm_peer_cublaslt_block_bench.json" "$commit" "$out/gemm.json"
+  # The table `gemm = auto` can pick backends by (docs/gemm.md): the forms layers run.
+  timeout 200 "$build/bench/gemm_bench" --promoted --only per_tensor,block --iters 10 \
+    --table "$out/gemm_table.txt" > "$out/gemm_table.log" 2>&1 || echo "gemm table: FAILED"
 fi
 [ "${FP8C_ONLY:-}" = gemm ] && exit $tests
 
