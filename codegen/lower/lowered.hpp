@@ -37,8 +37,8 @@ enum class LaunchRole {
   scale_update,           // a ScaleUpdateStep, every entry in one launch
   dequantize_a,           // a GEMM's block-scaled operand A into staging (layer dtype)
   dequantize_b,           // ... and B
-  scale_layout_a,         // a 1x128 operand A's block scales (or MXFP8 codes), row-major
-  scale_layout_b,         // -> K-block-major, and B's, into staging (what the GEMM reads)
+  scale_layout_a,         // a 1x128 operand A's block scales, row-major -> K-block-major,
+  scale_layout_b,         // ... and B's, into staging (what the block-scaled GEMM reads)
   activation_after_gemm,  // relu / silu (any activation after a block-scaled GEMM) on
                           // the pre-activation the GEMM wrote
   ring_sum,               // overlap = ring, scatter_rows: a chunk's partial added to the
