@@ -447,25 +447,23 @@ class Lowering {
     // 605-623 on the dequantize path (H200, d4622c4:
     // bench/results/gemm_mx_h200_2026-12-06_d4622c4.json), so auto keeps
     // dequantizing until it is faster; gemm = generated runs it.
-    if (layer_.gemm == GemmBackend::automatic && !g.high_precision && options_.generated_gemm)
-      if (const std::string why = cublaslt_fp8_problem(g); !why.empty())
-        if (generated_gemm_problem(g).empty()) {
-          if (t(g.a).scaling == Scaling::mx_1x32) {
-            note_once(role +
-                      ": MXFP8 dequantized for cuBLASLt (gemm = auto): the generated GEMM's "
-                      "MXFP8 mode measured slower than that; gemm = generated runs it");
-          } else {
-            note_once(role + ": the generated GEMM (gemm = auto), as cuBLASLt " +
-                      (t(g.a).block_scaled() ? "would dequantize: " + why : why));
-            return generated_gemm(l, g);
-          }
-        }
     // Where both run it in FP8, a table of measurements decides instead of
     // the rule, when there is one.
     if (layer_.gemm == GemmBackend::automatic && !g.high_precision && options_.generated_gemm &&
-        cublaslt_fp8_problem(g).empty() && generated_gemm_problem(g).empty() &&
-        table_prefers_generated(role, g))
-      return generated_gemm(l, g);
+        generated_gemm_problem(g).empty()) {
+      const std::string why = cublaslt_fp8_problem(g);
+      if (why.empty()) {
+        if (table_prefers_generated(role, g)) return generated_gemm(l, g);
+      } else if (t(g.a).scaling == Scaling::mx_1x32) {
+        note_once(role +
+                  ": MXFP8 dequantized for cuBLASLt (gemm = auto): the generated GEMM's "
+                  "MXFP8 mode measured slower than that; gemm = generated runs it");
+      } else {
+        note_once(role + ": the generated GEMM (gemm = auto), as cuBLASLt " +
+                  (t(g.a).block_scaled() ? "would dequantize: " + why : why));
+        return generated_gemm(l, g);
+      }
+    }
     cublaslt_gemm(l, g);
   }
 
