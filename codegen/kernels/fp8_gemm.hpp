@@ -20,7 +20,7 @@
 // or, with `mx` (both operands; scale rows 1), MXFP8: one E8M0 code byte
 // per row and 32 K, each 32 K promoted; codes row-major [rows][pitch], or
 // with both k_major flags K-block-major [ceil(K/32)][pitch] (copied 16 rows
-// at a time and decoded by one warp: the fast form).
+// at a time and decoded by one warp; slower than row-major: docs/gemm.md).
 // Either both operands are per-tensor or both block-scaled. A 1x128
 // operand's scales may be marked K-block-major (a_scales_k_major /
 // b_scales_k_major): a K block's scales of consecutive rows are consecutive

@@ -35,8 +35,8 @@ namespace fp8c::runtime {
 // block_128x128 has one order ([ceil(rows/128)][nb]) and ignores this.
 // mx_1x32's E8M0 codes (bytes), n32 = ceil(k / 32):
 //   row_major      codes[r * n32 + j]: what the quantize kernels write
-//   k_block_major  codes[j * rows + r]: what the generated GEMM reads
-//                  fastest (the lowering transposes them for it)
+//   k_block_major  codes[j * rows + r]: the generated GEMM reads these too
+//                  (slower than row-major there: docs/gemm.md)
 enum class BlockScaleOrder { row_major, k_block_major };
 
 struct GemmOperand {

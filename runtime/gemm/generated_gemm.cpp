@@ -39,7 +39,7 @@ bool aligned(CUdeviceptr p, unsigned bytes) {
 // 1x128 scales the kernel can copy 16 bytes (4 rows) at a time: a K block's
 // rows consecutive (K-block-major, or one K block), every 4 rows 16-byte
 // aligned. MXFP8 codes as the caller ordered them (the kernel reads both
-// orders; K-block-major is the fast one).
+// orders).
 bool scales_k_major(const GemmOperand& o) {
   if (o.scaling == Scaling::mx_1x32) return o.scale_order == BlockScaleOrder::k_block_major;
   if (o.scaling != Scaling::block_1x128) return false;

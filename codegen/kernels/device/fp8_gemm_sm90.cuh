@@ -92,10 +92,10 @@ constexpr int kScaleSlotFloats = kMx            ? 4 * (kBlockM + kBlockN)
 // column, as copied from global memory before they are decoded.
 constexpr int kRawWords = kMx ? kBlockM + kBlockN : 0;
 // MXFP8 codes K-block-major ([ceil(K/32)][pitch] bytes: one 32 K's codes of
-// consecutive rows are consecutive, as the lowering lays them out for this
-// kernel) are copied 16 rows at a time and decoded by one warp
-// (mx_k_major_scale_warp); row-major ones ([rows][pitch]) by three
-// (mx_scale_warps).
+// consecutive rows are consecutive, as a caller may hand them) are copied 16
+// rows at a time and decoded by one warp (mx_k_major_scale_warp); row-major
+// ones ([rows][pitch], as the quantizers write them and the lowering hands
+// them: the faster form, docs/gemm.md) by three (mx_scale_warps).
 constexpr bool kMxKMajor = kMx && kAScalesKMajor;
 // Arrivals that complete a "full" barrier: the TMA thread's, and every lane
 // of the scale warp's (with MXFP8, of the scale warps').
@@ -613,12 +613,11 @@ __device__ __forceinline__ void mx_scale_warps(const Fp8GemmParams& p, float* sc
 // MXFP8 with K-block-major codes: one warp, the same walk as mx_scale_warps
 // (mx_scale_walk), but a stage's work is at most 64 chunks of 16 codes
 // (one 32 K of 16 consecutive rows: a 16-byte copy, four 16-byte stores),
-// two a lane: A's chunks, then B's. Decoding each code where the math reads
-// it costs so few instructions that the warp takes little issue time from
-// the math warps beside it: with the three row-major warps, that share
-// (about 1200 instructions a stage against the math's 4000) held the
-// kernel at 258 TFLOP/s at 8192^3 on the H200, against 376 without any
-// decoding. Codes past M, N or K land as zeros and decode to 2^-127, which
+// two a lane: A's chunks, then B's. It was written to take less issue time
+// from the math warps than the three row-major warps' decoding (about 1200
+// instructions a stage against the math's 4000), but measured slower: 197-206
+// TFLOP/s against 263-269 row-major (H100, 8f3478c; docs/gemm.md, "MXFP8:
+// where it stands"). Codes past M, N or K land as zeros and decode to 2^-127, which
 // only multiplies zeros (TMA's fill). Where a code row or the codes'
 // address is not 16-byte aligned, the bytes are read from global memory
 // when decoded instead.
