@@ -2,7 +2,11 @@
 // a test), on the issue's shapes, per-tensor (fast accumulation) and
 // 1x128 x 128x128 block-scaled, bf16 D; and "fused": per-tensor with bias,
 // GELU, an e4m3 D with its scale and amax, against the same generated GEMM
-// with a plain bf16 D (what the fusion costs) and cuBLASLt's fused epilogue; and "mx": MXFP8
+// with a plain bf16 D (what the fusion costs) and cuBLASLt's fused epilogue; "backward": the
+// dgrad epilogue that hands the layer below its FP8 input gradient (GELU's gradient from a saved
+// bf16 pre-activation, dbias, e5m2 D with its amax and its transposed copy), against the same
+// generated GEMM with a plain bf16 D and cuBLASLt's plain GEMM (it has no such epilogue for FP8
+// output); and "mx": MXFP8
 // (1x32 blocks, E8M0 scale codes) by promotion per 32 K, against cuBLASLt's 1x128 x 128x128
 // block-scaled GEMM on the same FP8 bytes (Hopper's cuBLASLt has no MXFP8 GEMM: the nearest
 // form a block-scaled user has), the codes row-major as the quantizers write them and the
@@ -11,7 +15,8 @@
 // sampled elements, and the two runners against each other on every element), warm-up, median of
 // many runs timed with CUDA events, operand sets rotated so that no run finds its inputs in L2.
 //
-//   build/bench/gemm_bench [--iters N] [--json FILE] [--only per_tensor|block|fused|mx[,...]]
+//   build/bench/gemm_bench [--iters N] [--json FILE]
+//                          [--only per_tensor|block|fused|backward|mx[,...]]
 //                          [--promoted] [--mx-k-major] [--table FILE]
 //                          [--shape MxNxK]...
 //
@@ -48,7 +53,7 @@ struct Shape {
   std::int64_t m, n, k;
 };
 
-enum class Mode { per_tensor, block, fused, mx };
+enum class Mode { per_tensor, block, fused, backward, mx };
 
 // --promoted: per-tensor GEMMs promote every 128 K (what the executor's
 // layers run) instead of accumulating fast.
@@ -60,6 +65,7 @@ const char* mode_name(Mode m) {
   return m == Mode::per_tensor ? (g_promoted ? "per_tensor_promoted" : "per_tensor_fast")
          : m == Mode::block    ? "block_1x128_128x128"
          : m == Mode::mx       ? (g_mx_k_major ? "mxfp8_1x32_k_major_codes" : "mxfp8_1x32")
+         : m == Mode::backward ? "backward_dgelu_dbias_e5m2_amax_transposed"
                                : "fused_bias_gelu_e4m3_amax";
 }
 
@@ -68,7 +74,7 @@ struct Result {
   Shape shape;
   std::string config;
   double ours_ms = 0, cublaslt_ms = 0;
-  double plain_ms = 0;  // fused only: the generated GEMM with a plain bf16 D
+  double plain_ms = 0;  // fused, backward: the generated GEMM with a plain bf16 D
   double ours_tflops = 0, cublaslt_tflops = 0;
   double max_error_over_limit = 0;
   bool verified = false;
@@ -171,14 +177,36 @@ Operands make_operands(const Shape& s, Mode mode, std::uint64_t seed, bool keep_
 // well inside e4m3's normal range without saturating.
 constexpr float kDScale = 100.0f;
 
-// The fused epilogue's extra operands: a bf16 bias, D's scale and amax.
+// The fused epilogue's extra operands: a bf16 bias, D's scale and amax;
+// the backward one's: a bf16 pre-activation, dbias, its workspace, D^T.
 struct Epilogue {
   std::vector<float> bias;
-  DeviceBuffer dbias, scalars;  // scalars: d_scale at 0, amax at 16
+  DeviceBuffer dbias, scalars;     // scalars: d_scale at 0, amax at 16
+  std::vector<std::uint16_t> pre;  // backward: [M][N] bf16 bits
+  DeviceBuffer dpre, grad_bias, workspace, d_t;
 };
 
-Epilogue make_epilogue(const Shape& s) {
+// A pre-activation around GELU's bend: a hash of the position, +-3.
+float pre_activation_at(std::int64_t i, std::int64_t j) {
+  const std::uint64_t h = (static_cast<std::uint64_t>(i) * 0x9E3779B97F4A7C15ull) ^
+                          (static_cast<std::uint64_t>(j) * 0xC2B2AE3D27D4EB4Full);
+  return 6.0f * static_cast<float>((h >> 40) & 0xFFFF) / 65535.0f - 3.0f;
+}
+
+Epilogue make_epilogue(const Shape& s, Mode mode) {
   Epilogue e;
+  if (mode == Mode::backward) {
+    e.pre.resize(static_cast<std::size_t>(s.m * s.n));
+    for (std::int64_t i = 0; i < s.m; ++i)
+      for (std::int64_t j = 0; j < s.n; ++j)
+        e.pre[static_cast<std::size_t>(i * s.n + j)] =
+            numerics::float_to_bf16(pre_activation_at(i, j));
+    e.dpre = DeviceBuffer(e.pre.size() * 2);
+    e.dpre.upload(e.pre.data(), e.pre.size() * 2);
+    e.grad_bias = DeviceBuffer(static_cast<std::size_t>(s.n) * 4);
+    e.workspace = DeviceBuffer(dbias_workspace_bytes(s.m, s.n));
+    e.d_t = DeviceBuffer(static_cast<std::size_t>(s.m * s.n));
+  }
   std::vector<std::uint16_t> bits(static_cast<std::size_t>(s.n));
   for (std::int64_t j = 0; j < s.n; ++j) {
     bits[j] = numerics::float_to_bf16(0.05f * static_cast<float>((j * 37) % 11 - 5));
@@ -241,6 +269,104 @@ GemmArgs fused(GemmArgs g, const Epilogue& e) {
   g.d_scale = e.scalars.get();
   g.d_amax = e.scalars.get() + 16;
   return g;
+}
+
+// The backward form of `g`: D = gelu'(pre) * D, dbias, e5m2 D = fp8(D *
+// kDScale) with its amax and its transposed copy.
+GemmArgs backward(GemmArgs g, const Epilogue& e, std::int64_t m) {
+  g.dact = Activation::gelu;
+  g.aux = e.dpre.get();
+  g.aux_type = ElemType::bf16;
+  g.ld_aux = g.ldd;
+  g.dbias = e.grad_bias.get();
+  g.dbias_type = ElemType::fp32;
+  g.dbias_workspace = e.workspace.get();
+  g.d_type = ElemType::e5m2;
+  g.d_scale = e.scalars.get();
+  g.d_amax = e.scalars.get() + 16;
+  g.d_t = e.d_t.get();
+  g.ld_dt = m;
+  return g;
+}
+
+double gelu_grad(double x) {
+  const double k0 = 0.7978845608028654, k1 = 0.044715;
+  const double t = std::tanh(k0 * x * (1.0 + k1 * x * x));
+  return 0.5 * x * (1.0 - t * t) * (k0 + 3.0 * k0 * k1 * x * x) + 0.5 * (1.0 + t);
+}
+
+// The backward mode's check: sampled elements of the e5m2 D against float64
+// (gelu' of the stored pre-activation, the scale, one e5m2 rounding), D^T
+// bit for bit D transposed everywhere, the amax against the largest sampled
+// |D|, and dbias on a few columns against their float64 sums over all M.
+bool check_backward(GeneratedGemmRunner& ours, const Shape& s, const Operands& o, Epilogue& e,
+                    Stream& stream, double* worst_out) {
+  const std::size_t elements = static_cast<std::size_t>(s.m * s.n);
+  DeviceBuffer d(elements);
+  const GemmArgs g = backward(args_for(s, Mode::backward, o, d.get()), e, s.m);
+  std::string why;
+  if (!ours.supports(g, &why)) throw std::runtime_error("generated GEMM refuses: " + why);
+  d.fill(0xFF, stream.get());
+  e.d_t.fill(0xFF, stream.get());
+  e.grad_bias.fill(0xFF, stream.get());
+  e.workspace.fill(0xFF, stream.get());
+  ours.run(g, stream.get());
+  stream.synchronize();
+  float amax = 0;
+  e.scalars.download(&amax, 4, 16);
+  std::vector<unsigned char> got(elements), got_t(elements);
+  d.download(got.data(), elements);
+  e.d_t.download(got_t.data(), elements);
+  std::vector<float> dbias(static_cast<std::size_t>(s.n));
+  e.grad_bias.download(dbias.data(), dbias.size() * 4);
+  const auto value = [&](std::int64_t i, std::int64_t j, double* bound) {
+    double z, mag;
+    reference(s, Mode::backward, o, i, j, &z, &mag);
+    const double x = numerics::bf16_to_float(e.pre[static_cast<std::size_t>(i * s.n + j)]);
+    // Fast accumulation (2^-10 of sum |a b|) through gelu' (at most 1.13),
+    // and the hardware tanh's error in gelu' (under 2^-10 x 8 for |x| <= 3).
+    *bound = 1.13 * mag / 1024 + std::fabs(z) * 8.0 / 1024;
+    return gelu_grad(x) * z;
+  };
+  double worst = 0, sampled_amax = 0;
+  for (int t = 0; t < 256; ++t) {
+    const std::int64_t i = (t * 7919ll) % s.m, j = (t * 104729ll + t / 3) % s.n;
+    double bound;
+    const double y = value(i, j, &bound);
+    sampled_amax = std::max(sampled_amax, std::fabs(y));
+    const double want = y * kDScale;
+    const double have = numerics::fp8_to_float(got[i * s.n + j], ElemType::e5m2);
+    // One e5m2 rounding (2^-3 relative, doubled) and its subnormal step.
+    const double limit = bound * kDScale + std::fabs(want) / 4 + std::ldexp(1.0, -16);
+    worst = std::max(worst, std::fabs(have - want) / limit);
+  }
+  std::size_t differ = 0;
+  for (std::int64_t i = 0; i < s.m; ++i)
+    for (std::int64_t j = 0; j < s.n; ++j)
+      if (got_t[static_cast<std::size_t>(j * s.m + i)] !=
+          got[static_cast<std::size_t>(i * s.n + j)])
+        ++differ;
+  // dbias: whole columns, so a row group left out or counted twice shows.
+  for (std::int64_t j : {std::int64_t{0}, s.n / 3, s.n - 1}) {
+    double sum = 0, sum_abs = 0, bound = 0;
+    for (std::int64_t i = 0; i < s.m; ++i) {
+      double b;
+      const double v = value(i, j, &b);
+      sum += v;
+      sum_abs += std::fabs(v);
+      bound += b;
+    }
+    // fp32 partial sums over M (M 2^-24 of the magnitudes at most).
+    const double limit = bound + double(s.m) * 0x1p-24 * sum_abs + 1e-6;
+    worst = std::max(worst, std::fabs(dbias[static_cast<std::size_t>(j)] - sum) / limit);
+  }
+  const bool amax_ok = amax >= sampled_amax * (1 - 1.0 / 64) && std::isfinite(amax);
+  *worst_out = worst;
+  if (worst > 1.0 || differ != 0 || !amax_ok)
+    std::cerr << "backward " << s.m << "x" << s.n << "x" << s.k << ": CHECK FAILED (worst " << worst
+              << " x its limit, " << differ << " elements of D^T differ from D, amax " << amax
+              << ", sampled " << sampled_amax << ")\n";
+  return worst <= 1.0 && differ == 0 && amax_ok;
 }
 
 double gelu(double z) {
@@ -313,8 +439,11 @@ bool check_fused(GeneratedGemmRunner& ours, GemmRunner& cublaslt, const Shape& s
 
 Result run_case(GeneratedGemmRunner& ours, GemmRunner& cublaslt, const Shape& s, Mode mode,
                 int iters) {
-  // The peer's form: the mx mode times cuBLASLt block-scaled on the same bytes.
-  const Mode peer_mode = mode == Mode::mx ? Mode::block : mode;
+  // The peer's form: the mx mode times cuBLASLt block-scaled on the same
+  // bytes; the backward mode its plain per-tensor GEMM.
+  const Mode peer_mode = mode == Mode::mx         ? Mode::block
+                         : mode == Mode::backward ? Mode::per_tensor
+                                                  : mode;
   Result r;
   r.name = std::string(mode_name(mode)) + "_" + std::to_string(s.m) + "x" + std::to_string(s.n) +
            "x" + std::to_string(s.k);
@@ -368,7 +497,14 @@ Result run_case(GeneratedGemmRunner& ours, GemmRunner& cublaslt, const Shape& s,
     if (!(std::fabs(x - y) <= std::fabs(y) / 64 + rms / 16)) ++differ;
   }
   bool ok = worst <= 1.0 && differ == 0;
-  const Epilogue epilogue = make_epilogue(s);
+  Epilogue epilogue = make_epilogue(s, mode);
+  if (mode == Mode::backward) {
+    double backward_worst = 0;
+    ok = check_backward(ours, s, operands[0], epilogue, stream, &backward_worst) && ok;
+    worst = std::max(worst, backward_worst);
+    r.config = ours.choice(backward(check_ours, epilogue, s.m)).kernel.name() + " on " +
+               std::to_string(ours.launch_ctas(check_ours)) + " CTAs";
+  }
   if (mode == Mode::fused) {
     double fused_worst = 0;
     ok = check_fused(ours, cublaslt, s, operands[0], epilogue, stream, &fused_worst) && ok;
@@ -386,7 +522,9 @@ Result run_case(GeneratedGemmRunner& ours, GemmRunner& cublaslt, const Shape& s,
     std::vector<GemmArgs> all;
     for (const auto& o : operands) {
       const GemmArgs g = args_for(s, form, o, d.get());
-      all.push_back(fuse ? fused(g, epilogue) : g);
+      all.push_back(!fuse                    ? g
+                    : form == Mode::backward ? backward(g, epilogue, s.m)
+                                             : fused(g, epilogue));
     }
     for (int w = 0; w < 5; ++w) runner.run(all[w % sets], stream.get());
     std::vector<double> ms;
@@ -400,9 +538,9 @@ Result run_case(GeneratedGemmRunner& ours, GemmRunner& cublaslt, const Shape& s,
     }
     return median(ms);
   };
-  const bool fuse = mode == Mode::fused;
+  const bool fuse = mode == Mode::fused || mode == Mode::backward;
   r.ours_ms = time(ours, d_ours, fuse, mode);
-  r.cublaslt_ms = time(cublaslt, d_lt, fuse, peer_mode);
+  r.cublaslt_ms = time(cublaslt, d_lt, mode == Mode::fused, peer_mode);
   if (fuse) r.plain_ms = time(ours, d_ours, false, mode);
   const double flops = 2.0 * s.m * s.n * s.k;
   r.ours_tflops = flops / (r.ours_ms * 1e-3) / 1e12;
@@ -438,10 +576,10 @@ int main(int argc, char** argv) {
       }
       shapes.push_back(s);
     } else {
-      std::cerr
-          << "usage: gemm_bench [--iters N] [--json FILE] [--only per_tensor|block|fused|mx[,...]] "
-             "[--promoted] [--mx-k-major] [--table FILE] "
-             "[--shape MxNxK]...\n";
+      std::cerr << "usage: gemm_bench [--iters N] [--json FILE] "
+                   "[--only per_tensor|block|fused|backward|mx[,...]] "
+                   "[--promoted] [--mx-k-major] [--table FILE] "
+                   "[--shape MxNxK]...\n";
       return 2;
     }
   }
@@ -458,10 +596,11 @@ int main(int argc, char** argv) {
     GemmTable table;  // --table: what gemm = auto picks by
     table.gpu = device.name();
     bool all_ok = true;
-    for (Mode mode : {Mode::per_tensor, Mode::block, Mode::fused, Mode::mx}) {
+    for (Mode mode : {Mode::per_tensor, Mode::block, Mode::fused, Mode::backward, Mode::mx}) {
       const char* key = mode == Mode::per_tensor ? "per_tensor"
                         : mode == Mode::block    ? "block"
                         : mode == Mode::mx       ? "mx"
+                        : mode == Mode::backward ? "backward"
                                                  : "fused";
       if (!only.empty() &&
           ("," + only + ",").find("," + std::string(key) + ",") == std::string::npos)
@@ -472,7 +611,7 @@ int main(int argc, char** argv) {
         std::printf("%-36s %-54s ours %8.3f ms %7.1f TFLOP/s | cuBLASLt %8.3f ms %7.1f | %.3fx%s\n",
                     r.name.c_str(), r.config.c_str(), r.ours_ms, r.ours_tflops, r.cublaslt_ms,
                     r.cublaslt_tflops, r.cublaslt_ms / r.ours_ms, r.verified ? "" : "  UNVERIFIED");
-        if (mode == Mode::fused)
+        if (mode == Mode::fused || mode == Mode::backward)
           std::printf("%-36s plain bf16 D %8.3f ms: fused runs at %.3fx of plain\n", "", r.plain_ms,
                       r.plain_ms / r.ours_ms);
         std::fflush(stdout);
@@ -497,6 +636,8 @@ int main(int argc, char** argv) {
             << ", \"ours_tflops\": " << r.ours_tflops << ", \"peer\": \""
             << (r.name.rfind("mxfp8", 0) == 0
                     ? "cublaslt 1x128 x 128x128 block-scaled on the same bytes (no MXFP8 on sm_90)"
+                : r.name.rfind("backward", 0) == 0
+                    ? "cublaslt plain per-tensor GEMM, bf16 D (no FP8 backward epilogue)"
                     : "cublaslt (fp8c runner, heuristic first)")
             << "\", \"peer_ms\": " << r.cublaslt_ms << ", \"peer_tflops\": " << r.cublaslt_tflops
             << ", \"ratio\": " << r.cublaslt_ms / r.ours_ms;

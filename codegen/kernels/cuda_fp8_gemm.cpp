@@ -104,7 +104,10 @@ std::string Fp8GemmKernel::name() const {
   if (cluster_m > 1) s << "_c" << cluster_m;
   if (bias) s << "_bias_" << to_string(bias_type);
   if (activation != Activation::none) s << "_" << to_string(activation);
-  if (aux) s << "_aux_" << to_string(aux_type);
+  if (aux) s << (dact != Activation::none ? "_pre_" : "_aux_") << to_string(aux_type);
+  if (dact != Activation::none) s << "_d" << to_string(dact);
+  if (dbias) s << "_dbias";
+  if (transposed) s << "_dt";
   if (accumulate) s << "_acc";
   if (amax) s << "_amax";
   return s.str();
@@ -118,8 +121,14 @@ std::string fp8_gemm_problem(const Fp8GemmKernel& k) {
     return "the bias must be bf16, fp16 or fp32, not " + std::string(to_string(k.bias_type));
   if (k.aux && !is_high_precision(k.aux_type))
     return "aux must be bf16, fp16 or fp32, not " + std::string(to_string(k.aux_type));
-  if (k.aux && k.activation == Activation::none)
+  if (k.dact != Activation::none) {
+    if (!k.aux) return "dact reads the saved pre-activation: it needs aux";
+    if (k.activation != Activation::none || k.bias || k.accumulate)
+      return "dact is the backward's epilogue: no activation, bias or accumulation beside it";
+  } else if (k.aux && k.activation == Activation::none) {
     return "aux keeps the pre-activation: it needs an activation";
+  }
+  if (k.transposed && !is_fp8(k.d)) return "the transposed copy of D is FP8 only";
   if (k.accumulate && is_fp8(k.d)) return "accumulation reads D back: D must be high precision";
   const auto scale_ok = [](int r) { return r == 0 || r == 1 || r == 128; };
   if (!scale_ok(k.a_scale_rows) || !scale_ok(k.b_scale_rows))
@@ -192,9 +201,13 @@ KernelSource emit_cuda(const Fp8GemmKernel& k) {
     << "constexpr int kAux = " << (k.aux ? type_code(k.aux_type) : -1) << ";\n"
     << "constexpr bool kAccumulate = " << (k.accumulate ? "true" : "false") << ";\n"
     << "constexpr bool kAmax = " << (k.amax ? "true" : "false") << ";\n"
+    << "constexpr bool kDact = " << (k.dact != Activation::none ? "true" : "false") << ";\n"
+    << "constexpr bool kDbias = " << (k.dbias ? "true" : "false") << ";\n"
+    << "constexpr bool kTransposed = " << (k.transposed ? "true" : "false") << ";\n"
     << "}  // namespace fp8c_gemm\n"
-    << cuda_activation_function(k.activation) << wgmma_wrapper(k.block_n, k.a, k.b)
-    << "#define FP8C_GEMM_ENTRY " << k.name() << "\n"
+    // act and dact: never both GELU (fp8_gemm_problem), which would define tanh_fast twice.
+    << cuda_activation_function(k.activation) << cuda_activation_grad_function(k.dact)
+    << wgmma_wrapper(k.block_n, k.a, k.b) << "#define FP8C_GEMM_ENTRY " << k.name() << "\n"
     << device_code() << "\n#undef FP8C_GEMM_ENTRY\n";
   return {k.name(), k.name(), s.str(), {}};
 }

@@ -10,6 +10,10 @@
 // The fused epilogue, per element, in this order (each part optional):
 //   v = alpha * acc (+ D, accumulate) (+ bias[n]); aux = v; v = act(v);
 //   amax = max |v|; D = v, or fp8(v * d_scale) saturating for an FP8 D.
+// The backward's form instead: v = alpha * acc * act'(aux[m][n]) (dact: aux
+// is read, the pre-activation saved in the forward); dbias adds each column
+// of v over M (partials per 16 rows, fp8_gemm_params.h); and an FP8 D may be
+// written transposed as well (D^T [N][M], the same bits).
 // alpha is the two per-tensor scale_invs, or the block scales per 128 K.
 //
 // Scaling, per operand (a_scale_rows / b_scale_rows):
@@ -70,6 +74,11 @@ struct Fp8GemmKernel {
   ElemType aux_type = ElemType::bf16;  // bf16, fp16 or fp32
   bool accumulate = false;
   bool amax = false;
+  // dact != none: aux (aux_type) is read and v multiplied by act'(aux);
+  // no activation, bias or accumulation beside it.
+  Activation dact = Activation::none;
+  bool dbias = false;       // D's column sums per 16 rows into dbias_partial
+  bool transposed = false;  // FP8 D only: D^T too
 
   bool block_scaled() const { return a_scale_rows != 0; }
   bool promotes() const { return block_scaled() || !fast_accumulate; }

@@ -195,6 +195,9 @@ Problem bias_problem(const GemmArgs& g) {
 }
 
 Problem activation_problem(const GemmArgs& g) {
+  if (g.dact != Activation::none || g.dbias || g.d_t)
+    return std::string(
+        "dact, dbias and the transposed copy of D are epilogues of the generated GEMM only");
   switch (g.activation) {
     case Activation::none:
       if (g.aux) return std::string("aux is written only with an activation");

@@ -10,6 +10,11 @@
 //   aux     = the pre-activation (alpha * A.B^T + bias), stored when activation != none
 // An FP8 D is written as fp8(D * d_scale) (saturating), and d_amax, when
 // set, receives max |D| before that scaling.
+// The backward's epilogue (the generated GEMM only; cuBLASLt's runner
+// refuses it):
+//   D     = act'(aux) * alpha * (A[M][K] . B[N][K]^T)   with dact: aux is read
+//   dbias = the column sums of D over M (before an FP8 D's scaling)
+//   D^T   = FP8 D transposed, the same bits, when d_t is set
 #pragma once
 
 #include <cstdint>
@@ -81,7 +86,25 @@ struct GemmArgs {
   // Per-tensor FP8 only: accumulate inside the tensor cores without periodic
   // promotion to fp32 (faster, less accurate; what fprop usually takes).
   bool fast_accumulate = false;
+  // dact != none: aux (aux_type, ld_aux) is the saved pre-activation, read;
+  // no activation, bias or accumulation with it.
+  Activation dact = Activation::none;
+  // dbias [N] in dbias_type (bf16, fp16, fp32), written; needs
+  // dbias_workspace, dbias_workspace_bytes(M, N) of device memory the call
+  // overwrites (the partial sums, added in order by a second kernel).
+  CUdeviceptr dbias = 0;
+  ElemType dbias_type = ElemType::fp32;
+  CUdeviceptr dbias_workspace = 0;
+  // FP8 D only: D^T [N][ld_dt] (elements, >= M) written too.
+  CUdeviceptr d_t = 0;
+  std::int64_t ld_dt = 0;
 };
+
+// Device bytes GemmArgs::dbias_workspace needs for an M x N D: one float per
+// column and 16 rows.
+inline std::size_t dbias_workspace_bytes(std::int64_t m, std::int64_t n) {
+  return static_cast<std::size_t>((m + 15) / 16) * static_cast<std::size_t>(n) * 4;
+}
 
 class GemmRunner {
  public:

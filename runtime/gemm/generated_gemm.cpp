@@ -10,6 +10,7 @@
 #include "codegen/kernels/device/fp8_gemm_params.h"
 #include "runtime/device.hpp"
 #include "runtime/kernel_launchers.hpp"
+#include "runtime/quantize_launcher.hpp"
 
 namespace fp8c::runtime {
 namespace {
@@ -94,6 +95,19 @@ std::string args_problem(const GemmArgs& g) {
     return "aux: the leading dimension must be even and at least N, and aux aligned to two "
            "elements";
   if (g.d_amax % 4 != 0) return "d_amax is misaligned";
+  if (g.dact != Activation::none && !g.aux)
+    return "dact reads the saved pre-activation: aux must point at it";
+  if (g.dbias) {
+    if (!is_high_precision(g.dbias_type))
+      return "dbias must be bf16, fp16 or fp32, not " + std::string(to_string(g.dbias_type));
+    if (g.dbias % element_bytes(g.dbias_type) != 0) return "dbias is misaligned";
+    if (g.dbias_workspace == 0 || g.dbias_workspace % 4 != 0)
+      return "dbias needs a dbias_workspace (dbias_workspace_bytes(M, N)), 4-byte aligned";
+  }
+  if (g.d_t) {
+    if (!is_fp8(g.d_type)) return "the transposed copy of D is FP8 only";
+    if (g.ld_dt < g.a.rows) return "D^T: the leading dimension must be at least M";
+  }
   return {};
 }
 
@@ -145,6 +159,9 @@ class Runner final : public GeneratedGemmRunner {
     p.ld_aux = g.ld_aux;
     p.d_scale = g.d_scale;
     p.d_amax = g.d_amax;
+    p.dbias_partial = g.dbias ? g.dbias_workspace : 0;
+    p.d_t = g.d_t;
+    p.ld_dt = g.ld_dt;
     p.a_scale = g.a.scale_inv;
     p.b_scale = g.b.scale_inv;
     set_scale_strides(g.a, &p.a_scale_row_stride, &p.a_scale_kblock_stride);
@@ -157,7 +174,36 @@ class Runner final : public GeneratedGemmRunner {
     // The kernel raises the amax with atomicMax from zero; cuBLASLt's
     // contract (and GemmArgs') is that d_amax is written, not raised.
     if (g.d_amax) FP8C_CU(driver().cuMemsetD8Async(g.d_amax, 0, 4, stream));
+    launch_gemm(c, kernel, p, stream);
+    // dbias: the partial rows (one per 16 rows of D) added in order.
+    if (g.dbias)
+      dbias_reduce(g.dbias_type)
+          .launch(g.dbias, g.dbias_workspace, static_cast<int>(ceil_div(g.a.rows, 16)),
+                  static_cast<int>(g.b.rows), stream);
+  }
 
+  void prepare(const GemmArgs& g) override {
+    std::string why;
+    if (!supports(g, &why)) throw std::invalid_argument("generated GEMM: " + why);
+    loaded(choice(g).kernel);
+    if (g.dbias) dbias_reduce(g.dbias_type);
+  }
+
+  std::vector<CompiledKernel> loaded_kernels() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<CompiledKernel> out;
+    for (const auto& [name, kernel] : kernels_) out.push_back(kernel->compiled());
+    return out;
+  }
+
+  int launch_ctas(const GemmArgs& g) override {
+    const Fp8GemmChoice c = choice(g);
+    return ctas(c, loaded(c.kernel).function());
+  }
+
+ private:
+  void launch_gemm(const Fp8GemmChoice& c, const LoadedKernel& kernel, fp8c_gemm::Fp8GemmParams& p,
+                   CUstream stream) {
     void* args[] = {&p};
     if (c.kernel.cluster_m == 1) {
       LaunchShape shape;
@@ -185,25 +231,14 @@ class Runner final : public GeneratedGemmRunner {
     FP8C_CU(driver().cuLaunchKernelEx(&config, kernel.function(), args, nullptr));
   }
 
-  void prepare(const GemmArgs& g) override {
-    std::string why;
-    if (!supports(g, &why)) throw std::invalid_argument("generated GEMM: " + why);
-    loaded(choice(g).kernel);
-  }
-
-  std::vector<CompiledKernel> loaded_kernels() const override {
+  // The dbias reduction for `type`, compiled the first time it is asked for.
+  const DbiasReduceLauncher& dbias_reduce(ElemType type) {
     std::lock_guard<std::mutex> lock(mutex_);
-    std::vector<CompiledKernel> out;
-    for (const auto& [name, kernel] : kernels_) out.push_back(kernel->compiled());
-    return out;
+    auto& slot = reducers_[static_cast<int>(type)];
+    if (!slot) slot = std::make_unique<DbiasReduceLauncher>(jit_, type);
+    return *slot;
   }
 
-  int launch_ctas(const GemmArgs& g) override {
-    const Fp8GemmChoice c = choice(g);
-    return ctas(c, loaded(c.kernel).function());
-  }
-
- private:
   const LoadedKernel& loaded(const Fp8GemmKernel& kernel) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto& slot = kernels_[kernel.name()];
@@ -297,6 +332,7 @@ class Runner final : public GeneratedGemmRunner {
   mutable std::mutex mutex_;
   std::map<std::string, std::unique_ptr<LoadedKernel>> kernels_;
   std::map<std::string, int> resident_;
+  std::map<int, std::unique_ptr<DbiasReduceLauncher>> reducers_;  // by ElemType
 };
 
 }  // namespace
@@ -323,6 +359,9 @@ Fp8GemmChoice generated_gemm_choice(const GemmArgs& g, bool clusters, int sms, i
   if (g.aux) shape.form.aux_type = g.aux_type;
   shape.form.accumulate = g.accumulate;
   shape.form.amax = g.d_amax != 0;
+  shape.form.dact = g.dact;
+  shape.form.dbias = g.dbias != 0;
+  shape.form.transposed = g.d_t != 0;
   shape.clusters = clusters;
   shape.block_n = block_n;
   shape.block_m = block_m;

@@ -38,7 +38,10 @@ class GeneratedGemmRunner : public GemmRunner {
 //    d_scale;
 //  - every epilogue GemmArgs describes, fused: bias (bf16, fp16, fp32), any
 //    activation with its pre-activation as aux, accumulation into a
-//    high-precision D, and the amax (written: zeroed on `stream` first).
+//    high-precision D, and the amax (written: zeroed on `stream` first);
+//    the backward's dact from a saved pre-activation, dbias (a second
+//    kernel on `stream` adds the GEMM's partial sums in order:
+//    deterministic), and an FP8 D's transposed copy.
 // `clusters` (or FP8C_GEMM_CLUSTERS=1) lets the heuristic pick clusters of two
 // CTAs sharing B (fp8_gemm_heuristic.hpp: no faster so far).
 // FP8C_GEMM_BLOCK_N=N and FP8C_GEMM_BLOCK_M=M replace the heuristic's tile

@@ -125,6 +125,28 @@ TEST(Fp8GemmKernelDescription, RefusesWhatTheDeviceCodeCannotBuild) {
   bad.bias_type = ElemType::e5m2;
   refused(bad);
   bad = k;
+  bad.dact = Activation::gelu;  // no saved pre-activation to read
+  refused(bad);
+  bad.aux = true;
+  bad.bias = true;  // dact is the backward's: no bias beside it
+  refused(bad);
+  bad.bias = false;
+  bad.activation = Activation::relu;  // nor a forward activation
+  refused(bad);
+  bad = k;
+  bad.transposed = true;  // D^T is FP8 only (bf16 D here)
+  refused(bad);
+  Fp8GemmKernel backward = k;
+  backward.d = ElemType::e5m2;
+  backward.dact = Activation::gelu;
+  backward.aux = true;
+  backward.dbias = backward.amax = backward.transposed = true;
+  EXPECT_EQ(fp8_gemm_problem(backward), "");
+  const std::string source = emit_cuda(backward).source;
+  for (const char* constant : {"kDact = true", "kDbias = true", "kTransposed = true"})
+    EXPECT_NE(source.find(constant), std::string::npos) << constant;
+  EXPECT_NE(backward.name().find("_pre_bf16_dgelu_dbias"), std::string::npos) << backward.name();
+  bad = k;
   bad.d = ElemType::bf16;
   bad.aux = true;
   bad.activation = Activation::gelu;
@@ -301,6 +323,17 @@ std::vector<Fp8GemmKernel> epilogue_configurations(const std::tuple<int, int, bo
   add(f16, true, f16, Activation::silu, true, f16, false, false);
   add(f32, true, f32, Activation::none, false, bf, true, false);  // wgrad into main grad
   add(bf, false, bf, Activation::none, false, bf, true, true);
+  // The forward's FP8 output with its transposed copy (a chained consumer's
+  // columnwise operand), and the backward's: act'(z) from the saved
+  // pre-activation, dbias, FP8 dz with amax and its transpose; or bf16 dz.
+  add(ElemType::e4m3, true, bf, Activation::gelu, true, bf, false, true);
+  epilogues.back().transposed = true;
+  add(ElemType::e5m2, false, bf, Activation::none, true, bf, false, true);
+  epilogues.back().dact = Activation::gelu;
+  epilogues.back().dbias = epilogues.back().transposed = true;
+  add(bf, false, bf, Activation::none, true, f32, false, false);
+  epilogues.back().dact = Activation::silu;
+  epilogues.back().dbias = true;
   std::vector<Fp8GemmKernel> out;
   for (const Fp8GemmKernel& form : epilogues)
     for (std::int64_t m : {8192, 1})
@@ -327,7 +360,7 @@ TEST_P(Fp8GemmCompile, WidestAcceptedTilesCompileWithoutSpills) {
   Fp8GemmKernel k;
   set_scaling(k, GetParam());
   k.d = ElemType::e4m3;
-  k.bias = k.aux = k.amax = true;
+  k.bias = k.aux = k.amax = k.transposed = true;
   k.activation = Activation::gelu;
   // The `count` widest tiles of `k`'s height that it accepts, each with as
   // many stages as shared memory holds.
@@ -347,6 +380,17 @@ TEST_P(Fp8GemmCompile, WidestAcceptedTilesCompileWithoutSpills) {
   k.block_m = 256;
   for (const Fp8GemmKernel& tall : widest_accepted(k, 1)) widest.push_back(tall);
   EXPECT_EQ(widest.size(), k.b_scale_rows == 1 ? 2u : 3u);
+  // The backward's heaviest epilogue on the widest tiles as well.
+  const std::size_t forward = widest.size();
+  for (std::size_t i = 0; i < forward; ++i) {
+    Fp8GemmKernel b = widest[i];
+    b.bias = false;
+    b.activation = Activation::none;
+    b.dact = Activation::gelu;
+    b.dbias = true;
+    b.d = ElemType::e5m2;
+    widest.push_back(b);
+  }
   for (const Fp8GemmKernel& w : with_k_major_scales(widest)) sources.push_back(emit_cuda(w));
   testing::expect_compiles_without_spills(sources,
                                           "fp8c-fp8-gemm-widest-test-" + test_cache_suffix());

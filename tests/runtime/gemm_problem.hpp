@@ -17,8 +17,10 @@
 #include <vector>
 
 #include "gemm_reference.hpp"
+#include "runtime/cpu/activation.hpp"
 #include "runtime/device.hpp"
 #include "runtime/gemm/gemm.hpp"
+#include "runtime/reference/activation_bound.hpp"
 
 namespace fp8c::runtime::gemm_test {
 
@@ -53,6 +55,13 @@ struct Form {
   bool amax = false;
   // Another activation than GELU (when `gelu` is false): relu or silu.
   Activation activation = Activation::none;
+  // The backward's epilogue (the generated GEMM): D = act'(aux) * A.B^T with
+  // aux a random pre-activation in aux_type; D's column sums into dbias; an
+  // FP8 D's transposed copy.
+  Activation dact = Activation::none;
+  bool dbias = false;
+  ElemType dbias_type = ElemType::fp32;
+  bool transposed = false;
 
   Activation act() const { return gelu ? Activation::gelu : activation; }
 };
@@ -74,9 +83,11 @@ struct Problem {
   Shape shape;
   HostMatrix a, b;
   std::vector<double> bias;
+  std::vector<double> pre_activation;  // dact: the aux read, decoded, [M][N]
   float d_scale = 1.0f;
   GemmReference ref;
   DeviceBuffer da, db, dd, dbias, daux, scalars, a_scales, b_scales;
+  DeviceBuffer ddbias, dworkspace, dd_t;  // dbias out, its workspace, D^T
   GemmArgs args;
 
   std::size_t d_bytes() const {
@@ -84,6 +95,13 @@ struct Problem {
   }
   std::size_t aux_bytes() const {
     return static_cast<std::size_t>(shape.m * args.ld_aux) * element_bytes(form.aux_type);
+  }
+  std::size_t d_t_bytes() const { return static_cast<std::size_t>(shape.n * args.ld_dt); }
+  // D's element (i, j) as the reference wants it, before an FP8 D's scaling.
+  double want(std::size_t r, double z) const {
+    if (form.dact != Activation::none)
+      return cpu::activation_grad(form.dact, pre_activation[r]) * z;
+    return testing::activation(form.act(), z);
   }
 };
 
@@ -108,11 +126,24 @@ inline void finish(Problem& p, std::mt19937& rng) {
     p.dbias = upload(bytes);
   }
   p.ref = testing::reference_gemm(p.a, p.b, f.bias ? &p.bias : nullptr);
+  std::vector<unsigned char> pre_bytes;
+  if (f.dact != Activation::none) {
+    // Pre-activations around GELU's and SiLU's bends, rounded to aux_type.
+    const std::size_t size = element_bytes(f.aux_type);
+    pre_bytes.assign(static_cast<std::size_t>(s.m * (s.n + s.pad)) * size, 0);
+    std::normal_distribution<double> normal(0.0, 2.0);
+    for (std::int64_t i = 0; i < s.m; ++i)
+      for (std::int64_t j = 0; j < s.n; ++j) {
+        unsigned char* at = &pre_bytes[static_cast<std::size_t>(i * (s.n + s.pad) + j) * size];
+        testing::encode(f.aux_type, static_cast<float>(normal(rng)), at);
+        p.pre_activation.push_back(decode(f.aux_type, at));
+      }
+  }
   if (is_fp8(f.d)) {
     // Most of FP8's range, without overflow (the saturation test overflows on purpose).
     double max_want = 0;
-    for (double z : p.ref.pre)
-      max_want = std::max(max_want, std::fabs(testing::activation(f.act(), z)));
+    for (std::size_t r = 0; r < p.ref.pre.size(); ++r)
+      max_want = std::max(max_want, std::fabs(p.want(r, p.ref.pre[r])));
     const double target = f.d == ElemType::e4m3 ? 300.0 : 30000.0;
     p.d_scale = static_cast<float>(target / max_want);
   }
@@ -154,6 +185,22 @@ inline void finish(Problem& p, std::mt19937& rng) {
     p.daux = DeviceBuffer(p.aux_bytes());
     g.aux = p.daux.get();
   }
+  if (f.dact != Activation::none) {
+    g.dact = f.dact;
+    p.daux.upload(pre_bytes.data(), pre_bytes.size());
+  }
+  if (f.dbias) {
+    g.dbias_type = f.dbias_type;
+    p.ddbias = DeviceBuffer(static_cast<std::size_t>(s.n) * element_bytes(f.dbias_type));
+    g.dbias = p.ddbias.get();
+    p.dworkspace = DeviceBuffer(dbias_workspace_bytes(s.m, s.n));
+    g.dbias_workspace = p.dworkspace.get();
+  }
+  if (f.transposed) {
+    g.ld_dt = s.m + s.pad;
+    p.dd_t = DeviceBuffer(p.d_t_bytes());
+    g.d_t = p.dd_t.get();
+  }
 }
 
 // Per-tensor (FP8) or unscaled (high-precision) operands.
@@ -185,6 +232,8 @@ inline void check(Problem& p, double times = 1.0) {
   std::size_t bad = 0, bad_aux = 0;
   std::ostringstream first;
   double want_amax = 0, amax_tol = 0, worst = 0;
+  std::vector<double> column_want(static_cast<std::size_t>(p.shape.n), 0.0);
+  std::vector<double> column_tol(column_want.size(), 0.0), column_abs(column_want.size(), 0.0);
   for (std::int64_t i = 0; i < p.shape.m; ++i)
     for (std::int64_t j = 0; j < p.shape.n; ++j) {
       const std::size_t r = static_cast<std::size_t>(i * p.shape.n + j);
@@ -193,11 +242,24 @@ inline void check(Problem& p, double times = 1.0) {
           f.fast_accumulate ? testing::kFastAccumulationEps : testing::kAccumulationEps;
       const double acc = times * eps * p.ref.abs_sum[r];
       double want = z, tol = acc;
-      if (f.act() != Activation::none) {
+      if (f.dact != Activation::none) {
+        // act'(x) z: z's error times |act'| (at most GELU's 1.13), and the
+        // fast dact's error (activation_bound.hpp) times |z|.
+        const double x = p.pre_activation[r];
+        want = p.want(r, z);
+        tol = testing::kGeluSlope * acc +
+              runtime::activation_grad_error_bound(f.dact, static_cast<float>(x)) *
+                  (std::fabs(z) + acc);
+      } else if (f.act() != Activation::none) {
         // The activations' largest slopes are GELU's (1.13; SiLU's 1.1,
         // ReLU's 1); 5e-4 covers the hardware tanh and __expf.
         want = testing::activation(f.act(), z);
         tol = testing::kGeluSlope * acc + 5e-4 * (1.0 + std::fabs(z));
+      }
+      if (f.dbias) {
+        column_want[static_cast<std::size_t>(j)] += want;
+        column_tol[static_cast<std::size_t>(j)] += tol + std::fabs(want) * 0x1p-23;
+        column_abs[static_cast<std::size_t>(j)] += std::fabs(want);
       }
       want_amax = std::max(want_amax, std::fabs(want));
       amax_tol = std::max(amax_tol, tol);
@@ -213,7 +275,7 @@ inline void check(Problem& p, double times = 1.0) {
       if (!(err <= limit) && bad++ < 5)
         first << "\n  D[" << i << "][" << j << "] = " << got << ", want " << expect << " +- "
               << limit;
-      if (f.aux) {
+      if (f.aux && f.dact == Activation::none) {
         const double a = decode(f.aux_type, &aux[(i * g.ld_aux + j) * element_bytes(f.aux_type)]);
         const double aux_limit = acc + testing::output_rounding(f.aux_type) * std::fabs(z) +
                                  testing::output_floor(f.aux_type);
@@ -224,6 +286,38 @@ inline void check(Problem& p, double times = 1.0) {
     }
   EXPECT_EQ(bad, 0u) << "of " << p.shape.m * p.shape.n << " elements" << first.str();
   EXPECT_EQ(bad_aux, 0u) << first.str();
+  if (f.transposed) {
+    // The same bits as D, transposed.
+    const auto d_t = download<unsigned char>(p.dd_t, p.d_t_bytes());
+    std::size_t differ = 0;
+    std::ostringstream where;
+    for (std::int64_t i = 0; i < p.shape.m; ++i)
+      for (std::int64_t j = 0; j < p.shape.n; ++j)
+        if (d_t[static_cast<std::size_t>(j * g.ld_dt + i)] !=
+                d[static_cast<std::size_t>(i * g.ldd + j)] &&
+            differ++ < 5)
+          where << "\n  D^T[" << j << "][" << i << "] differs from D[" << i << "][" << j << "]";
+    EXPECT_EQ(differ, 0u) << where.str();
+  }
+  if (f.dbias) {
+    // Each column's sum of the elements' errors, fp32 summation over M
+    // (M 2^-24 of the sum of magnitudes), and one rounding to dbias_type.
+    const auto bytes = download<unsigned char>(
+        p.ddbias, static_cast<std::size_t>(p.shape.n) * element_bytes(f.dbias_type));
+    std::size_t off = 0;
+    std::ostringstream where;
+    for (std::int64_t j = 0; j < p.shape.n; ++j) {
+      const std::size_t c = static_cast<std::size_t>(j);
+      const double got = decode(f.dbias_type, &bytes[c * element_bytes(f.dbias_type)]);
+      const double limit = column_tol[c] + double(p.shape.m) * 0x1p-24 * column_abs[c] +
+                           testing::output_rounding(f.dbias_type) * std::fabs(column_want[c]) +
+                           testing::output_floor(f.dbias_type);
+      if (!(std::fabs(got - column_want[c]) <= limit) && off++ < 5)
+        where << "\n  dbias[" << j << "] = " << got << ", want " << column_want[c] << " +- "
+              << limit;
+    }
+    EXPECT_EQ(off, 0u) << "of " << p.shape.n << " columns" << where.str();
+  }
   if (f.amax) {
     EXPECT_NEAR(amax, want_amax, amax_tol) << "amax of D before d_scale";
   }
@@ -233,7 +327,12 @@ inline void check(Problem& p, double times = 1.0) {
 
 inline void poison(Problem& p, CUstream stream) {
   p.dd.fill(kPoison, stream);
-  if (p.form.aux) p.daux.fill(kPoison, stream);
+  if (p.form.aux && p.form.dact == Activation::none) p.daux.fill(kPoison, stream);  // dact reads it
+  if (p.form.dbias) {
+    p.ddbias.fill(kPoison, stream);
+    p.dworkspace.fill(kPoison, stream);
+  }
+  if (p.form.transposed) p.dd_t.fill(kPoison, stream);
   // The amax slot only: the scales beside it are inputs.
   FP8C_CU(driver().cuMemsetD8Async(p.scalars.get() + kAmaxAt, kPoison, 4, stream));
 }

@@ -407,6 +407,131 @@ TEST(GeneratedGemmGpu, MxPaddedCodeRows) {
   }
 }
 
+// The backward's epilogues and the transposed FP8 D: act'(z) from a saved
+// pre-activation in each aux type, dbias in each type (its workspace
+// poisoned: every partial row must be written), FP8 D with amax and its
+// transpose (bit for bit D's), and the forward's FP8 output with its
+// transpose; per-tensor fast and promoted, block-scaled, MXFP8, and 256-row
+// tiles (two waves of 16-row partials per warp).
+std::vector<Form> backward_forms() {
+  const ElemType e4 = ElemType::e4m3, e5 = ElemType::e5m2, bf = ElemType::bf16,
+                 f16 = ElemType::fp16, f32 = ElemType::fp32;
+  const auto backward = [](const std::string& name, ElemType a, ElemType b, ElemType d,
+                           Activation dact, ElemType pre, bool dbias, ElemType dbias_type,
+                           bool amax, bool transposed) {
+    Form f;
+    f.name = std::string(to_string(a)) + " x " + std::string(to_string(b)) + " -> " + name;
+    f.a = a;
+    f.b = b;
+    f.d = d;
+    f.dact = dact;
+    f.aux = dact != Activation::none;
+    f.aux_type = pre;
+    f.dbias = dbias;
+    f.dbias_type = dbias_type;
+    f.amax = amax;
+    f.transposed = transposed;
+    return f;
+  };
+  Form forward = with_epilogue("e4m3 + bf16 bias, gelu, bf16 aux, amax, D^T", e4, e4, e4, bf,
+                               Activation::gelu, true, bf, true);
+  forward.transposed = true;
+  return {
+      backward("e5m2 dgelu(bf16 z), fp32 dbias, amax, D^T", e4, e5, e5, Activation::gelu, bf, true,
+               f32, true, true),
+      backward("bf16 drelu(fp32 z), bf16 dbias", e5, e4, bf, Activation::relu, f32, true, bf, false,
+               false),
+      backward("fp16 dsilu(fp16 z), fp16 dbias, amax", e4, e4, f16, Activation::silu, f16, true,
+               f16, true, false),
+      backward("fp32, fp32 dbias", e4, e4, f32, Activation::none, bf, true, f32, false, false),
+      backward("e4m3 dgelu(bf16 z), D^T", e4, e4, e4, Activation::gelu, bf, false, f32, false,
+               true),
+      forward,
+  };
+}
+
+TEST(GeneratedGemmGpu, BackwardEpiloguesAndTransposedD) {
+  REQUIRE_HOPPER();
+  std::uint32_t seed = 1101;
+  for (Form f : backward_forms()) {
+    for (bool fast : {true, false}) {
+      f.fast_accumulate = fast;
+      for (const Shape& s : kShapes) {
+        Problem p = make_problem(f, s, seed++);
+        run_and_check(runner(), p);
+      }
+    }
+    f.fast_accumulate = false;
+    const Scaling s1 = Scaling::block_1x128, s128 = Scaling::block_128x128;
+    for (const Shape& s : {kShapes[0], kShapes[2], kShapes[4]}) {
+      Problem p = make_block_problem(s1, s128, s, seed++, 0, false, BlockScaleOrder::row_major, &f);
+      run_and_check(runner(), p);
+      Problem q = make_mx_problem(s, seed++, f.a, f.b, 0, &f);
+      run_and_check(runner(), q);
+    }
+  }
+  ::setenv("FP8C_GEMM_BLOCK_M", "256", 1);
+  const auto tall = make_generated_gemm_runner(*testing::gpu().jit);
+  ::unsetenv("FP8C_GEMM_BLOCK_M");
+  for (const Form& f : backward_forms())
+    for (const Shape& s : {kShapes[2], kShapes[4], Shape{2200, 520, 272}}) {
+      Problem p = make_block_problem(Scaling::block_1x128, Scaling::block_128x128, s, seed++, 0,
+                                     false, BlockScaleOrder::row_major, &f);
+      ASSERT_EQ(tall->choice(p.args).kernel.block_m, 256) << p.form.name;
+      run_and_check(*tall, p);
+    }
+}
+
+// The same dbias twice from the same inputs: the partials are added in one
+// fixed order, so the bits repeat (no atomics).
+TEST(GeneratedGemmGpu, DbiasIsDeterministic) {
+  REQUIRE_HOPPER();
+  Form f = backward_forms()[0];
+  Problem p = make_problem(f, Shape{2048, 2304, 1024}, 1191);
+  run_and_check(runner(), p);
+  const auto first = download<float>(p.ddbias, 2304);
+  for (int again = 0; again < 3; ++again) {
+    Stream stream;
+    poison(p, stream.get());
+    runner().run(p.args, stream.get());
+    stream.synchronize();
+    const auto bits = download<float>(p.ddbias, 2304);
+    EXPECT_EQ(std::memcmp(bits.data(), first.data(), bits.size() * 4), 0) << "run " << again;
+  }
+}
+
+// What the backward's epilogue needs, refused by name: dact without the
+// pre-activation, dbias without its workspace, a transposed bf16 D, and
+// cuBLASLt's runner refusing all three.
+TEST(GeneratedGemmGpu, BackwardEpilogueArgumentsAreChecked) {
+  REQUIRE_HOPPER();
+  Problem p = make_problem(backward_forms()[0], Shape{64, 200, 384}, 1195);
+  const auto refused = [&](GemmArgs g, const std::string& says) {
+    std::string why;
+    EXPECT_FALSE(runner().supports(g, &why)) << says;
+    EXPECT_NE(why.find(says), std::string::npos) << why;
+    Stream stream;
+    EXPECT_THROW(runner().run(g, stream.get()), std::invalid_argument) << says;
+  };
+  GemmArgs g = p.args;
+  g.aux = 0;
+  refused(g, "pre-activation");
+  g = p.args;
+  g.dbias_workspace = 0;
+  refused(g, "dbias_workspace");
+  g = p.args;
+  g.d_type = ElemType::bf16;
+  g.d_scale = 0;
+  refused(g, "FP8 only");
+  g = p.args;
+  g.ld_dt = 63;
+  refused(g, "at least M");
+  const auto cublaslt = make_cublaslt_runner();
+  std::string why;
+  EXPECT_FALSE(cublaslt->supports(p.args, &why));
+  EXPECT_NE(why.find("generated GEMM only"), std::string::npos) << why;
+}
+
 TEST(GeneratedGemmGpu, MxFusedEpilogues) {
   REQUIRE_HOPPER();
   std::uint32_t seed = 1201;

@@ -30,8 +30,11 @@ struct alignas(64) TmaDescriptor {
 //    byte a row (scale_row_stride 1).
 // The epilogue's operands (fp8_gemm_sm90.cuh), each read or written only
 // when the kernel's configuration has that part: bias [N]; aux [M][ld_aux]
-// (the pre-activation); d_scale (one float, FP8 D); d_amax (one float's
-// bits, raised with atomicMax: the caller zeroes it first).
+// (the pre-activation: written, or with kDact read); d_scale (one float,
+// FP8 D); d_amax (one float's bits, raised with atomicMax: the caller zeroes
+// it first); dbias_partial ([ceil(M / 16)][N] floats: row g holds the column
+// sums of D's rows 16 g .. 16 g + 15, before any FP8 cast); d_t (FP8 D only:
+// D transposed, [N][ld_dt] bytes, the same bits as D).
 struct Fp8GemmParams {
   TmaDescriptor a;  // A [M][lda] bytes; box {128, block_m}, 128-byte swizzle
   TmaDescriptor b;  // B [N][ldb] bytes; box {128, block_n}, 128-byte swizzle
@@ -48,6 +51,9 @@ struct Fp8GemmParams {
   unsigned long long d_scale;
   unsigned long long d_amax;
   long long ld_aux;  // elements
+  unsigned long long dbias_partial;
+  unsigned long long d_t;
+  long long ld_dt;  // bytes
   int m;
   int n;
   int k;

@@ -1,15 +1,17 @@
 // The generated FP8 GEMM for sm_90a: D = A . B^T with both operands FP8 and
 // K innermost, fp32 accumulation, and a fused epilogue (bias, activation
-// with its pre-activation kept, accumulation into D, FP8 D with its scale
-// and amax), D in bf16, fp16, fp32, e4m3 or e5m2.
+// with its pre-activation kept, or the activation's gradient from a saved
+// pre-activation; accumulation into D; D's column sums (dbias); FP8 D with
+// its scale, its amax and its transposed copy), D in bf16, fp16, fp32, e4m3
+// or e5m2.
 //
 // Compiled by NVRTC only, after a prefix that codegen/kernels/cuda_fp8_gemm.cpp
 // writes: fp8_gemm_params.h, the configuration constants (kBlockM, kBlockN,
 // kStages, kAScaleRows, kBScaleRows, kAScalesKMajor, kBScalesKMajor, kMx,
 // kPromote, kOut, kClusterM, and the
-// epilogue's kBias, kAux, kAccumulate, kAmax), the activation act(), the
-// wgmma wrapper wgmma_m64k32() for this kBlockN and type pair, and
-// FP8C_GEMM_ENTRY.
+// epilogue's kBias, kAux, kAccumulate, kAmax, kDact, kDbias, kTransposed),
+// the activation act() and the gradient dact(), the wgmma wrapper
+// wgmma_m64k32() for this kBlockN and type pair, and FP8C_GEMM_ENTRY.
 //
 // Shape of the kernel:
 //  - persistent: one CTA (or cluster) per SM (or SM pair) walks the tiles
@@ -63,7 +65,13 @@
 //    pre-activation, the activation, amax and the FP8 cast are applied to
 //    each element on the way (finish_pair), so a layer's output needs no
 //    second pass. The amax is reduced per warp and raised once per warp
-//    with an integer atomicMax on its bits.
+//    with an integer atomicMax on its bits. kDact multiplies by act'(aux)
+//    instead (aux read: the pre-activation the forward saved). kDbias sums
+//    each column over a warp's 16 rows (two rows a thread, then a butterfly
+//    across the 8 lanes that share the column) and writes one partial row
+//    per 16 rows of D, which a second kernel adds in order: deterministic,
+//    and no atomics. kTransposed also writes the FP8 D transposed, a byte a
+//    store (the transposed copy a consumer's wgrad reads).
 // TMA zero-fills what lies outside A and B, so M, N and K need not be tile
 // multiples (K a multiple of 16: TMA's stride rule).
 
@@ -359,13 +367,28 @@ __device__ __forceinline__ unsigned abs_bits(float x) {
   return __float_as_uint(x) & 0x7FFFFFFFu;
 }
 
+// FP8 D's elements (row, col) and (row, col + 1), already times d_scale,
+// into D^T: the same conversion as store_pair's, so the same bits.
+__device__ __forceinline__ void store_transposed(const Fp8GemmParams& p, long long row, int col,
+                                                 float x, float y, bool both) {
+  unsigned short packed;
+  if (kOut == 3)
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(packed) : "f"(y), "f"(x));
+  else
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(packed) : "f"(y), "f"(x));
+  unsigned char* out = reinterpret_cast<unsigned char*>(p.d_t) + row;
+  out[col * p.ld_dt] = static_cast<unsigned char>(packed & 0xFF);
+  if (both) out[(col + 1) * p.ld_dt] = static_cast<unsigned char>(packed >> 8);
+}
+
 // D's elements (row, col) and (row, col + 1) (the second when `both`) from
 // their scaled accumulators x and y, in the order the configuration fixes:
-//   v = x (+ D, accumulating) (+ bias); aux = v; v = act(v); amax |= |v|;
-//   D = v, or fp8(v * d_scale).
+//   v = x (+ D, accumulating) (+ bias); aux = v, or with kDact v *= act'(aux);
+//   v = act(v); dbias sums += v; amax |= |v|; D = v, or fp8(v * d_scale)
+//   (and D^T the same).
 __device__ __forceinline__ void finish_pair(const Fp8GemmParams& p, long long row, int col, float x,
                                             float y, float b0, float b1, bool both, float d_scale,
-                                            unsigned& amax) {
+                                            unsigned& amax, float& sum_x, float& sum_y) {
   const long long at = row * p.ldd + col;
   if (kAccumulate) {
     x += load_value<kOut>(p.d, at);
@@ -375,15 +398,47 @@ __device__ __forceinline__ void finish_pair(const Fp8GemmParams& p, long long ro
     x += b0;
     y += b1;
   }
-  if (kAux >= 0) store_pair<kAux>(p.aux, row * p.ld_aux + col, x, y, both);
+  if (kDact) {
+    const long long z = row * p.ld_aux + col;
+    x *= dact(load_value<kAux>(p.aux, z));
+    if (both) y *= dact(load_value<kAux>(p.aux, z + 1));
+  } else if (kAux >= 0) {
+    store_pair<kAux>(p.aux, row * p.ld_aux + col, x, y, both);
+  }
   x = act(x);
   y = act(y);
+  if (kDbias) {
+    sum_x += x;
+    if (both) sum_y += y;
+  }
   if (kAmax) amax = max(amax, both ? max(abs_bits(x), abs_bits(y)) : abs_bits(x));
   if (kOut >= 3) {
     x *= d_scale;
     y *= d_scale;
   }
   store_pair<kOut>(p.d, at, x, y, both);
+  if (kTransposed) store_transposed(p, row, col, x, y, both);
+}
+
+// dbias: a warp's column sums over its 16 rows of one wave (row0 is this
+// thread's first; lanes 0-3 hold rows 16 g), columns col and col + 1. The 8
+// lanes sharing lane % 4 hold two rows each; a butterfly adds them (every
+// lane ends with the same sums), and lane < 4 writes partial row g. Every
+// lane of the warp must come here (shuffles).
+__device__ __forceinline__ void column_sums_out(const Fp8GemmParams& p, int row0, int col,
+                                                bool inside, bool both, float sum_x, float sum_y,
+                                                int lane) {
+#pragma unroll
+  for (int o = 4; o < 32; o <<= 1) {
+    sum_x += __shfl_xor_sync(0xFFFFFFFFu, sum_x, o);
+    sum_y += __shfl_xor_sync(0xFFFFFFFFu, sum_y, o);
+  }
+  if (lane < 4 && inside && row0 < p.m) {
+    float* out =
+        reinterpret_cast<float*>(p.dbias_partial) + static_cast<long long>(row0 / 16) * p.n + col;
+    out[0] = sum_x;
+    if (both) out[1] = sum_y;
+  }
 }
 
 // ---- block scales ----------------------------------------------------------
@@ -948,13 +1003,16 @@ __device__ __forceinline__ void consume(const Fp8GemmParams& p, const unsigned c
 
     // Column pairs outermost: a pair's bias is loaded once for every wave
     // (waves outermost kept all of the tile's bias live: NVRTC spilled).
+    // With kDbias every lane walks every column pair (column_sums_out
+    // shuffles across lanes); without, a lane skips its columns past N.
 #pragma unroll
     for (int j = 0; j < kBlockN / 8; ++j) {
       const int col = col0 + 8 * j;
-      if (col >= p.n) continue;
+      const bool inside = col < p.n;
+      if (!kDbias && !inside) continue;
       const bool both = col + 1 < p.n;
       float b0 = 0.0f, b1 = 0.0f;
-      if (kBias >= 0) {
+      if (kBias >= 0 && inside) {
         b0 = load_value<kBias>(p.bias, col);
         if (both) b1 = load_value<kBias>(p.bias, col + 1);
       }
@@ -962,11 +1020,14 @@ __device__ __forceinline__ void consume(const Fp8GemmParams& p, const unsigned c
       for (int w = 0; w < kWaves; ++w) {
         const int row0 = row_base + w * kWaveRows;
         const int row1 = row0 + 8;
-        if (row0 < p.m)
-          finish_pair(p, row0, col, acc[w][4 * j], acc[w][4 * j + 1], b0, b1, both, d_scale, amax);
-        if (row1 < p.m)
+        float sum_x = 0.0f, sum_y = 0.0f;  // dbias: this thread's rows of the two columns
+        if (inside && row0 < p.m)
+          finish_pair(p, row0, col, acc[w][4 * j], acc[w][4 * j + 1], b0, b1, both, d_scale, amax,
+                      sum_x, sum_y);
+        if (inside && row1 < p.m)
           finish_pair(p, row1, col, acc[w][4 * j + 2], acc[w][4 * j + 3], b0, b1, both, d_scale,
-                      amax);
+                      amax, sum_x, sum_y);
+        if (kDbias) column_sums_out(p, row0, col, inside, both, sum_x, sum_y, lane);
       }
     }
   }
