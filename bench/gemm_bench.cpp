@@ -75,6 +75,9 @@ struct Result {
   std::string config;
   double ours_ms = 0, cublaslt_ms = 0;
   double plain_ms = 0;  // fused, backward: the generated GEMM with a plain bf16 D
+  // backward: without dbias (its GEMM-side sums and the reduction kernel),
+  // and without D^T, to say what each part costs.
+  double no_dbias_ms = 0, no_transpose_ms = 0;
   double ours_tflops = 0, cublaslt_tflops = 0;
   double max_error_over_limit = 0;
   bool verified = false;
@@ -518,13 +521,15 @@ Result run_case(GeneratedGemmRunner& ours, GemmRunner& cublaslt, const Shape& s,
     std::cerr << r.name << ": CHECK FAILED (worst sampled error " << worst << " x its limit, "
               << differ << " elements differ from cuBLASLt)\n";
 
-  const auto time = [&](GemmRunner& runner, DeviceBuffer& d, bool fuse, Mode form) {
+  const auto time = [&](GemmRunner& runner, DeviceBuffer& d, bool fuse, Mode form,
+                        void (*drop)(GemmArgs&) = nullptr) {
     std::vector<GemmArgs> all;
     for (const auto& o : operands) {
       const GemmArgs g = args_for(s, form, o, d.get());
       all.push_back(!fuse                    ? g
                     : form == Mode::backward ? backward(g, epilogue, s.m)
                                              : fused(g, epilogue));
+      if (drop) drop(all.back());
     }
     for (int w = 0; w < 5; ++w) runner.run(all[w % sets], stream.get());
     std::vector<double> ms;
@@ -542,6 +547,10 @@ Result run_case(GeneratedGemmRunner& ours, GemmRunner& cublaslt, const Shape& s,
   r.ours_ms = time(ours, d_ours, fuse, mode);
   r.cublaslt_ms = time(cublaslt, d_lt, mode == Mode::fused, peer_mode);
   if (fuse) r.plain_ms = time(ours, d_ours, false, mode);
+  if (mode == Mode::backward) {
+    r.no_dbias_ms = time(ours, d_ours, true, mode, [](GemmArgs& g) { g.dbias = 0; });
+    r.no_transpose_ms = time(ours, d_ours, true, mode, [](GemmArgs& g) { g.d_t = 0; });
+  }
   const double flops = 2.0 * s.m * s.n * s.k;
   r.ours_tflops = flops / (r.ours_ms * 1e-3) / 1e12;
   r.cublaslt_tflops = flops / (r.cublaslt_ms * 1e-3) / 1e12;
@@ -614,6 +623,9 @@ int main(int argc, char** argv) {
         if (mode == Mode::fused || mode == Mode::backward)
           std::printf("%-36s plain bf16 D %8.3f ms: fused runs at %.3fx of plain\n", "", r.plain_ms,
                       r.plain_ms / r.ours_ms);
+        if (mode == Mode::backward)
+          std::printf("%-36s without dbias %8.3f ms, without D^T %8.3f ms\n", "", r.no_dbias_ms,
+                      r.no_transpose_ms);
         std::fflush(stdout);
         // The forms a layer runs (gemm_table.hpp): per-tensor GEMMs promote there.
         if (r.verified && ((mode == Mode::per_tensor && g_promoted) || mode == Mode::block))
@@ -644,6 +656,9 @@ int main(int argc, char** argv) {
         if (r.plain_ms > 0)
           out << ", \"plain_generated_ms\": " << r.plain_ms
               << ", \"fused_over_plain\": " << r.plain_ms / r.ours_ms;
+        if (r.no_dbias_ms > 0)
+          out << ", \"without_dbias_ms\": " << r.no_dbias_ms
+              << ", \"without_transpose_ms\": " << r.no_transpose_ms;
         out << ", \"max_sampled_error_over_limit\": " << r.max_error_over_limit
             << ", \"verified\": " << (r.verified ? "true" : "false") << "}"
             << (i + 1 < results.size() ? "," : "") << "\n";
