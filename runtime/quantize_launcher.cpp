@@ -68,16 +68,18 @@ void QuantizeLauncher::launch(const QuantizeArgs& a, CUstream stream) const {
   runtime::launch(function_, quantize_launch_shape(a.rows, a.cols), stream, args);
 }
 
-DbiasReduceLauncher::DbiasReduceLauncher(const Jit& jit, ElemType output)
-    : compiled_(jit.compile(emit_cuda(DbiasReduceKernel{output}))),
+DbiasReduceLauncher::DbiasReduceLauncher(const Jit& jit, ElemType output, int slices)
+    : compiled_(jit.compile(emit_cuda(DbiasReduceKernel{output, slices}))),
       module_(compiled_.cubin),
-      function_(module_.function(compiled_.entry)) {}
+      function_(module_.function(compiled_.entry)),
+      slices_(slices) {}
 
 void DbiasReduceLauncher::launch(CUdeviceptr dbias, CUdeviceptr partial, int tiles, int cols,
                                  CUstream stream) const {
   void* args[] = {&dbias, &partial, &tiles, &cols};
   LaunchShape shape;
-  shape.grid[0] = static_cast<unsigned>((cols + 255) / 256);
+  const int columns = 256 / slices_;  // per block
+  shape.grid[0] = static_cast<unsigned>((cols + columns - 1) / columns);
   shape.block[0] = 256;
   runtime::launch(function_, shape, stream, args);
 }

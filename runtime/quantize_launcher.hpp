@@ -60,13 +60,15 @@ class QuantizeLauncher {
 // dbias = the sum of dbias_partial's `tiles` rows, in order, stored as `output`.
 class DbiasReduceLauncher {
  public:
-  explicit DbiasReduceLauncher(const Jit& jit, ElemType output = ElemType::fp32);
+  // `slices`: DbiasReduceKernel's (1: the quantize and epilogue kernels' order).
+  explicit DbiasReduceLauncher(const Jit& jit, ElemType output = ElemType::fp32, int slices = 1);
   void launch(CUdeviceptr dbias, CUdeviceptr partial, int tiles, int cols, CUstream stream) const;
 
  private:
   CompiledKernel compiled_;
   Module module_;
   CUfunction function_;
+  int slices_;
 };
 
 }  // namespace fp8c::runtime

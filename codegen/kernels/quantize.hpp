@@ -74,9 +74,17 @@ KernelSource emit_cuda(const QuantizeKernel& kernel);
 
 // Adds the dbias tile partials in tile order and stores the sum in `output`
 // (fp32, or bf16 / fp16 rounded once to nearest even). Arguments: OUT* dbias,
-// const float* partial, int tiles, int cols. Grid ceil(cols / 256), block 256.
+// const float* partial, int tiles, int cols. Grid ceil(cols / (256 /
+// slices)), block 256.
+// slices 1: a thread per column adds every row in order (the quantize and
+// epilogue kernels' contract, which their CPU references reproduce bit for
+// bit). slices S > 1: a column's rows split into S runs of ceil(tiles / S),
+// each added in order by its own thread, then the S sums added in order:
+// another fixed order (the same bits run after run), with S times the
+// threads at work, for the generated GEMM's one partial row per 16 rows of D.
 struct DbiasReduceKernel {
   ElemType output = ElemType::fp32;
+  int slices = 1;  // 1, 2, 4 or 8
   std::string name() const;
   bool operator==(const DbiasReduceKernel&) const = default;
 };

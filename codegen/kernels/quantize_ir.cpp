@@ -342,12 +342,36 @@ Kernel dbias_reduce(const DbiasReduceKernel& k) {
   Expr partial = b.param("partial", kF32.pointer_to(Space::global, true));
   Expr tiles = b.param("tiles", kI32);
   Expr cols = b.param("cols", kI32);
-  Expr c = b.let("c", special(Special::ctaid_x) * 256 + special(Special::tid_x));
-  b.if_(c >= cols, [&] { b.return_(); });
+  if (k.slices != 1 && k.slices != 2 && k.slices != 4 && k.slices != 8)
+    throw std::invalid_argument("dbias_reduce: slices must be 1, 2, 4 or 8");
+  const int columns = 256 / k.slices;  // per block
+  Expr tid = special(Special::tid_x);
+  Expr c = b.let("c", special(Special::ctaid_x) * columns + tid % columns);
   Var total = b.local("total", f32(0.0f));
-  b.for_("i", i32(0), tiles, i32(1), [&](Expr i) {
-    b.assign(total, Expr(total) + load(partial + (wide(i) * wide(cols) + wide(c))));
-  });
+  if (k.slices == 1) {
+    b.if_(c >= cols, [&] { b.return_(); });
+    b.for_("i", i32(0), tiles, i32(1), [&](Expr i) {
+      b.assign(total, Expr(total) + load(partial + (wide(i) * wide(cols) + wide(c))));
+    });
+  } else {
+    b.comment("each slice's run of rows in order, then the slices in order");
+    Expr sums = b.shared("sums", kF32, 256);
+    Expr slice = b.let("slice", tid / columns);
+    Expr per = b.let("per", (tiles + (k.slices - 1)) / k.slices);
+    Expr first = b.let("first", slice * per);
+    Expr last = b.let("last", select(first + per < tiles, first + per, tiles));
+    b.if_(c < cols, [&] {
+      b.for_("i", first, last, i32(1), [&](Expr i) {
+        b.assign(total, Expr(total) + load(partial + (wide(i) * wide(cols) + wide(c))));
+      });
+    });
+    b.store(sums + tid, Expr(total));
+    b.sync_threads();
+    b.if_(slice != 0 || c >= cols, [&] { b.return_(); });
+    b.assign(total, load(sums + tid));
+    for (int s = 1; s < k.slices; ++s)
+      b.assign(total, Expr(total) + load(sums + (tid + s * columns)));
+  }
   b.comment("kept in fp32 and rounded once, to nearest even");
   Expr value = k.output == ElemType::bf16   ? intrinsic(Op::f32_to_bf16, {Expr(total)})
                : k.output == ElemType::fp16 ? intrinsic(Op::f32_to_f16, {Expr(total)})
@@ -383,8 +407,10 @@ KernelSource emit_cuda(const QuantizeKernel& k) {
 }
 
 std::string DbiasReduceKernel::name() const {
-  return output == ElemType::fp32 ? std::string("dbias_reduce")
-                                  : "dbias_reduce_" + std::string(to_string(output));
+  std::string n = output == ElemType::fp32 ? std::string("dbias_reduce")
+                                           : "dbias_reduce_" + std::string(to_string(output));
+  if (slices != 1) n += "_s" + std::to_string(slices);
+  return n;
 }
 
 ir::Kernel build_ir(const DbiasReduceKernel& k) {

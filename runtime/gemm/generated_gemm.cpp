@@ -235,7 +235,9 @@ class Runner final : public GeneratedGemmRunner {
   const DbiasReduceLauncher& dbias_reduce(ElemType type) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto& slot = reducers_[static_cast<int>(type)];
-    if (!slot) slot = std::make_unique<DbiasReduceLauncher>(jit_, type);
+    // 8 slices: a row of partials per 16 rows of D is 8 times the rows the
+    // quantize kernels leave, so 8 threads share each column.
+    if (!slot) slot = std::make_unique<DbiasReduceLauncher>(jit_, type, 8);
     return *slot;
   }
 

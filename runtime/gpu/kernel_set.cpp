@@ -33,7 +33,8 @@ KernelSet::KernelSet(const Jit& jit, const std::vector<GeneratedKernel>& kernels
           else if constexpr (std::is_same_v<D, DequantizeKernel>)
             dequantize_.try_emplace(name, std::make_unique<DequantizeLauncher>(jit, d));
           else if constexpr (std::is_same_v<D, DbiasReduceKernel>)
-            dbias_reduce_.try_emplace(name, std::make_unique<DbiasReduceLauncher>(jit, d.output));
+            dbias_reduce_.try_emplace(
+                name, std::make_unique<DbiasReduceLauncher>(jit, d.output, d.slices));
           else if constexpr (std::is_same_v<D, RingSumKernel>)
             ring_sum_.try_emplace(name, std::make_unique<RingSumLauncher>(jit, d));
           else

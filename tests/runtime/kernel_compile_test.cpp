@@ -26,6 +26,8 @@ TEST(KernelCompile, EveryQuantizeVariantCompilesWithoutSpills) {
         << k.name() << " must be self-contained";
   }
   sources.push_back(emit_cuda(DbiasReduceKernel{}));
+  sources.push_back(emit_cuda(DbiasReduceKernel{ElemType::fp32, 8}));  // the generated GEMM's
+  sources.push_back(emit_cuda(DbiasReduceKernel{ElemType::bf16, 8}));
   auto blocks = testing::block_quantize_variants();
   for (const auto& k : testing::block_quantize_dact_variants()) blocks.push_back(k);
   for (const auto& k : blocks) {
