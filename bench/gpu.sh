@@ -73,9 +73,10 @@ export FP8C_CACHE_DIR=${FP8C_CACHE_DIR:-$(mktemp -d)}
 # transposes (bytes and words), permutes, the epilogues (bf16) and the dequantizes (to bf16)
 # under both kernel backends, several on misaligned pointers; scale updates; rank reductions;
 # a block quantize fusing dact; the generated GEMM block-scaled with padded scale rows,
-# with its fused FP8 output and amax, and MXFP8 with NaN codes (both code orders). They run alongside the test shards: correctness does
+# with its fused FP8 output and amax, MXFP8 with NaN codes (both code orders), and its backward
+# epilogue (act', dbias's shuffles and partials, FP8 D^T). They run alongside the test shards: correctness does
 # not mind the shared GPU (about 6 minutes on the H200).
-sanitized='AllVariants/QuantizeGpu.MatchesTheCpuReference/*bf16*_nvrtc:AllVariants/QuantizeGpu.MatchesTheCpuReference/quantize_bf16_e*_r_c_amax_llvm:AllVariants/QuantizeGpu.MatchesTheCpuReference/quantize_bf16_e5m2_r_c_amax_dbias_drelu_llvm:AllVariants/BlockQuantizeGpu.MisalignedPointers/*:Shapes/TransposeGpu.*:Shapes/TransposeWordsGpu.*:Variants/BlockQuantizeDactGpu.*b1x128*dsilu*:Shapes/PermuteGpu.*:Variants/ScaleUpdateGpu.*:Backends/ScaleUpdateGuardGpu.*:AllVariants/EpilogueGpu.ScalarPathOnMisalignedPointers/*bf16*:AllVariants/DequantizeGpu.ElementWisePathsOnMisalignedPointers/*to_bf16*:RankReduce*Gpu*:GeneratedGemmGpu.BlockScaledPaddedScaleRows:GeneratedGemmGpu.Fp8OutputSaturatesAndReportsAmax:GeneratedGemmGpu.MxNanCodePoisonsItsRowOrColumnOnly'
+sanitized='AllVariants/QuantizeGpu.MatchesTheCpuReference/*bf16*_nvrtc:AllVariants/QuantizeGpu.MatchesTheCpuReference/quantize_bf16_e*_r_c_amax_llvm:AllVariants/QuantizeGpu.MatchesTheCpuReference/quantize_bf16_e5m2_r_c_amax_dbias_drelu_llvm:AllVariants/BlockQuantizeGpu.MisalignedPointers/*:Shapes/TransposeGpu.*:Shapes/TransposeWordsGpu.*:Variants/BlockQuantizeDactGpu.*b1x128*dsilu*:Shapes/PermuteGpu.*:Variants/ScaleUpdateGpu.*:Backends/ScaleUpdateGuardGpu.*:AllVariants/EpilogueGpu.ScalarPathOnMisalignedPointers/*bf16*:AllVariants/DequantizeGpu.ElementWisePathsOnMisalignedPointers/*to_bf16*:RankReduce*Gpu*:GeneratedGemmGpu.BlockScaledPaddedScaleRows:GeneratedGemmGpu.Fp8OutputSaturatesAndReportsAmax:GeneratedGemmGpu.MxNanCodePoisonsItsRowOrColumnOnly:GeneratedGemmGpu.DbiasIsDeterministic'
 sanitized="$sanitized:GemmWorkspacePoolGpu.*"
 # ... and the step runtime's graphs and weight cache through the executor and Session (one
 # small layer each: the sanitizers run every kernel of the pass they capture and replay).
