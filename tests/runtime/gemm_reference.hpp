@@ -193,6 +193,19 @@ inline double output_rounding(ElemType type) {
   }
 }
 
+// Largest finite value of a high-precision `type`: past it (by half an ulp)
+// a store rounds to infinity.
+inline double output_max(ElemType type) {
+  switch (type) {
+    case ElemType::fp16:
+      return 65504.0;
+    case ElemType::bf16:
+      return 3.3895313892515355e38;
+    default:
+      return 3.4028234663852886e38;
+  }
+}
+
 // Smallest positive subnormal of `type`: the absolute error floor of a store.
 inline double output_floor(ElemType type) {
   switch (type) {
