@@ -14,7 +14,8 @@
 # host_example.log, quantize_fp8c.json, quantize_peers.json, quantize.json,
 # layer_fp8c.json, layer_peers.json, layer.json, kernel_backends.json (quantize_bench under
 # both kernel backends and before the kinds were IR), accumulate.json, chain.json, block_steps.json,
-# gemm.json (the records for bench/results/), and repeats.log (50 repeats of the step-runtime tests).
+# gemm.json (the records for bench/results/), gemm_backward.json, and repeats.log (50 repeats of
+# the step-runtime tests).
 set -uo pipefail
 build=${1:-build}
 commit=${2:-unknown}
@@ -171,7 +172,12 @@ fi
 
 if [ "${FP8C_ONLY:-quantize}" = gemm ] || [ -z "${FP8C_ONLY:-}" ]; then
   echo "== FP8 GEMMs: the generated GEMM against cuBLASLt (fp8c's runner, then the peers' programs)"
-  timeout 300 "$build/bench/gemm_bench" --json "$out/gemm_fp8c.json" ${FP8C_GEMM_ARGS:-}
+  timeout 300 "$build/bench/gemm_bench" --only per_tensor,block,fused,mx --json "$out/gemm_fp8c.json" \
+    ${FP8C_GEMM_ARGS:-}
+  # The backward epilogue (act', dbias, e5m2 D with amax and D^T) against the plain GEMM, and
+  # without dbias and without D^T: its own record, in the archive.
+  timeout 150 "$build/bench/gemm_bench" --only backward --iters 20 --shape 8192x8192x8192 \
+    --shape 16384x8192x8192 --shape 4096x4096x4096 --json "$out/gemm_backward.json"
   for p in cublaslt_bench cublaslt_block_bench; do
     [ "${FP8C_NO_PEERS:-0}" != 1 ] && [ -x "$build/bench/peers/$p" ] &&
       timeout 200 "$build/bench/peers/$p" > "$out/gemm_peer_$p.json"
