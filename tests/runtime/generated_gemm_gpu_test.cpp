@@ -3,7 +3,8 @@
 // and tolerance as cuBLASLt's tests (gemm_problem.hpp, gemm_reference.hpp):
 // every FP8 type pairing, fast and promoted accumulation, bf16/fp16/fp32 D,
 // every fused epilogue (bias, activation with aux, accumulation, FP8 D with
-// saturation and amax),
+// saturation and amax), the backward's (act' from a saved pre-activation,
+// dbias, FP8 D's transposed copy),
 // block scaling in every pairing and scale order, MXFP8 (1x32 E8M0 codes)
 // with every type pairing and epilogue, M of 1, 64 and 127, shapes
 // that are not tile multiples, padded leading dimensions, more tiles than
