@@ -41,6 +41,7 @@
 #include "codegen/lower/gemm_table.hpp"
 #include "codegen/numerics/fp8.hpp"
 #include "codegen/numerics/half.hpp"
+#include "runtime/cpu/activation.hpp"
 #include "runtime/device.hpp"
 #include "runtime/gemm/generated_gemm.hpp"
 
@@ -292,12 +293,6 @@ GemmArgs backward(GemmArgs g, const Epilogue& e, std::int64_t m) {
   return g;
 }
 
-double gelu_grad(double x) {
-  const double k0 = 0.7978845608028654, k1 = 0.044715;
-  const double t = std::tanh(k0 * x * (1.0 + k1 * x * x));
-  return 0.5 * x * (1.0 - t * t) * (k0 + 3.0 * k0 * k1 * x * x) + 0.5 * (1.0 + t);
-}
-
 // The backward mode's check: sampled elements of the e5m2 D against float64
 // (gelu' of the stored pre-activation, the scale, one e5m2 rounding), D^T
 // bit for bit D transposed everywhere, the amax against the largest sampled
@@ -329,7 +324,7 @@ bool check_backward(GeneratedGemmRunner& ours, const Shape& s, const Operands& o
     // Fast accumulation (2^-10 of sum |a b|) through gelu' (at most 1.13),
     // and the hardware tanh's error in gelu' (under 2^-10 x 8 for |x| <= 3).
     *bound = 1.13 * mag / 1024 + std::fabs(z) * 8.0 / 1024;
-    return gelu_grad(x) * z;
+    return cpu::activation_grad(Activation::gelu, x) * z;
   };
   double worst = 0, sampled_amax = 0;
   for (int t = 0; t < 256; ++t) {

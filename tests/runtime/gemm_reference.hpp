@@ -31,6 +31,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <thread>
 #include <vector>
@@ -198,11 +199,11 @@ inline double output_rounding(ElemType type) {
 inline double output_max(ElemType type) {
   switch (type) {
     case ElemType::fp16:
-      return 65504.0;
+      return numerics::fp16_to_float(numerics::kFp16MaxCode);
     case ElemType::bf16:
-      return 3.3895313892515355e38;
+      return numerics::bf16_to_float(0x7F7F);  // exponent 254, every mantissa bit
     default:
-      return 3.4028234663852886e38;
+      return std::numeric_limits<float>::max();
   }
 }
 
