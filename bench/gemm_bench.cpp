@@ -9,15 +9,16 @@
 // output); and "mx": MXFP8
 // (1x32 blocks, E8M0 scale codes) by promotion per 32 K, against cuBLASLt's 1x128 x 128x128
 // block-scaled GEMM on the same FP8 bytes (Hopper's cuBLASLt has no MXFP8 GEMM: the nearest
-// form a block-scaled user has), the codes row-major as the quantizers write them and the
-// executor's layers hand them (--mx-k-major: K-block-major, the slower form). Follows the device
-// METHOD: FLOPs counted, each runner's D checked before timing (against a float64 reference on
-// sampled elements, and the two runners against each other on every element), warm-up, median of
-// many runs timed with CUDA events, operand sets rotated so that no run finds its inputs in L2.
+// form a block-scaled user has), the codes K-block-major as the executor's layers hand them
+// after a byte transpose (--mx-row-major: as the quantizers write them, the slower form). Follows
+// the device METHOD: FLOPs counted, each runner's D checked before timing (against a float64
+// reference on sampled elements, and the two runners against each other on every element), warm-up,
+// median of many runs timed with CUDA events, operand sets rotated so that no run finds its inputs
+// in L2.
 //
 //   build/bench/gemm_bench [--iters N] [--json FILE]
 //                          [--only per_tensor|block|fused|backward|mx[,...]]
-//                          [--promoted] [--mx-k-major] [--table FILE]
+//                          [--promoted] [--mx-row-major] [--table FILE]
 //                          [--shape MxNxK]...
 //
 // --table FILE writes the verified per-tensor (with --promoted: how layers run them) and
@@ -59,13 +60,13 @@ enum class Mode { per_tensor, block, fused, backward, mx };
 // --promoted: per-tensor GEMMs promote every 128 K (what the executor's
 // layers run) instead of accumulating fast.
 bool g_promoted = false;
-// --mx-k-major: MXFP8 codes K-block-major ([K / 32][rows]) instead of row-major.
-bool g_mx_k_major = false;
+// --mx-row-major: MXFP8 codes row-major ([rows][K / 32]) instead of K-block-major.
+bool g_mx_row_major = false;
 
 const char* mode_name(Mode m) {
   return m == Mode::per_tensor ? (g_promoted ? "per_tensor_promoted" : "per_tensor_fast")
          : m == Mode::block    ? "block_1x128_128x128"
-         : m == Mode::mx       ? (g_mx_k_major ? "mxfp8_1x32_k_major_codes" : "mxfp8_1x32")
+         : m == Mode::mx       ? (g_mx_row_major ? "mxfp8_1x32_row_major_codes" : "mxfp8_1x32")
          : m == Mode::backward ? "backward_dgelu_dbias_e5m2_amax_transposed"
                                : "fused_bias_gelu_e4m3_amax";
 }
@@ -119,7 +120,7 @@ struct Operands {
   std::vector<unsigned char> a, b;
   std::vector<float> sa, sb;          // block scales (1x128 K-block-major, 128x128), or one each
   std::vector<unsigned char> ca, cb;  // mx: E8M0 codes, [rows][ceil(K / 32)] (on the device
-                                      // K-block-major with --mx-k-major)
+                                      // K-block-major, unless --mx-row-major)
   DeviceBuffer da, db, dsa, dsb, dca, dcb;
 };
 
@@ -158,7 +159,7 @@ Operands make_operands(const Shape& s, Mode mode, std::uint64_t seed, bool keep_
     o.cb = random_codes(row_codes * static_cast<std::size_t>(s.n), seed + 5);
     const auto upload_codes = [&](const std::vector<unsigned char>& codes, std::int64_t rows) {
       std::vector<unsigned char> t = codes;
-      if (g_mx_k_major)
+      if (!g_mx_row_major)
         for (std::int64_t r = 0; r < rows; ++r)
           for (std::size_t j = 0; j < row_codes; ++j)
             t[j * static_cast<std::size_t>(rows) + static_cast<std::size_t>(r)] =
@@ -230,9 +231,9 @@ GemmArgs args_for(const Shape& s, Mode mode, const Operands& o, CUdeviceptr d) {
   const Scaling sb = mx ? Scaling::mx_1x32 : block ? Scaling::block_128x128 : Scaling::per_tensor;
   GemmArgs g;
   g.a = {o.da.get(), ElemType::e4m3, s.m, s.k, s.k, sa, mx ? o.dca.get() : o.dsa.get()};
-  if (!mx || g_mx_k_major) g.a.scale_order = BlockScaleOrder::k_block_major;
+  if (!mx || !g_mx_row_major) g.a.scale_order = BlockScaleOrder::k_block_major;
   g.b = {o.db.get(), ElemType::e4m3, s.n, s.k, s.k, sb, mx ? o.dcb.get() : o.dsb.get()};
-  if (mx && g_mx_k_major) g.b.scale_order = BlockScaleOrder::k_block_major;
+  if (mx && !g_mx_row_major) g.b.scale_order = BlockScaleOrder::k_block_major;
   g.d = d;
   g.d_type = ElemType::bf16;
   g.ldd = s.n;
@@ -566,8 +567,8 @@ int main(int argc, char** argv) {
       json = argv[++i];
     } else if (a == "--table" && i + 1 < argc) {
       table_file = argv[++i];
-    } else if (a == "--mx-k-major") {
-      g_mx_k_major = true;
+    } else if (a == "--mx-row-major") {
+      g_mx_row_major = true;
     } else if (a == "--promoted") {
       g_promoted = true;
     } else if (a == "--only" && i + 1 < argc) {
@@ -582,7 +583,7 @@ int main(int argc, char** argv) {
     } else {
       std::cerr << "usage: gemm_bench [--iters N] [--json FILE] "
                    "[--only per_tensor|block|fused|backward|mx[,...]] "
-                   "[--promoted] [--mx-k-major] [--table FILE] "
+                   "[--promoted] [--mx-row-major] [--table FILE] "
                    "[--shape MxNxK]...\n";
       return 2;
     }

@@ -63,6 +63,7 @@ class DbiasReduceLauncher {
   // `slices`: DbiasReduceKernel's (1: the quantize and epilogue kernels' order).
   explicit DbiasReduceLauncher(const Jit& jit, ElemType output = ElemType::fp32, int slices = 1);
   void launch(CUdeviceptr dbias, CUdeviceptr partial, int tiles, int cols, CUstream stream) const;
+  const CompiledKernel& compiled() const { return compiled_; }
 
  private:
   CompiledKernel compiled_;

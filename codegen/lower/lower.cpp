@@ -376,10 +376,19 @@ class Lowering {
   }
 
   // A 1x128 operand's scales in the order cuBLASLt reads, where they differ
-  // (one transpose per rank segment of a segmented operand, in one launch).
+  // (one transpose per rank segment of a segmented operand, in one launch);
+  // an MXFP8 operand's codes K-block-major, the order the generated GEMM
+  // reads fastest (a byte transpose of rows x ceil(K/32) codes).
   void block_scale_layout(LoweredStep& l, LaunchRole role, const Tensor& op) {
-    if (op.scaling != Scaling::block_1x128) return;
     const std::uint64_t rows = op.dims[static_cast<std::size_t>(op.outer_dim())].local;
+    if (op.scaling == Scaling::mx_1x32) {
+      const std::uint64_t codes =
+          (op.dims[static_cast<std::size_t>(op.inner_dim())].local + 31) / 32;
+      launch(l, role, {TransposeKernel{1}});
+      block_scales_ += round_up(rows * codes, 256);
+      return;
+    }
+    if (op.scaling != Scaling::block_1x128) return;
     const std::uint64_t nb = op.dims[static_cast<std::size_t>(op.inner_dim())].local / 128;
     if (nb <= 1) return;  // one block per row: both orders are the same
     launch(l, role, {TransposeKernel{4}});
@@ -589,13 +598,14 @@ class Lowering {
     // and the kernel copies a K block's scales of 4 rows in one 16-byte
     // copy where rows are a multiple of 4 (fp8_gemm_sm90.cuh), for the cost
     // of a transpose of M x K/128 floats (0.2% of the GEMM's bytes).
-    // MXFP8 codes stay as the quantizers write them (row-major): the
-    // kernel's K-block-major form, which would need a byte transpose of
-    // them first, measured slower (H100, 8f3478c, 8192^3: 204 TFLOP/s
-    // against 269 row-major; bench/results/gemm_mx_h100_2026-12-07_8f3478c.json).
+    // MXFP8 codes K-block-major too (a byte transpose of M x K/32 codes,
+    // 1/32 of the operand's bytes): the kernel's K-block-major form ran at
+    // 302-306 TFLOP/s against 262-268 row-major (H100, d69a377;
+    // docs/gemm.md), except in a GEMM read one K segment at a time (its
+    // codes stay row-major: the byte transpose takes no batch of segments).
     const bool segmented = (a.segmented || b.segmented) && g.segmented_k;
     const auto k_major = [&](const Tensor& op) {
-      if (op.scaling == Scaling::mx_1x32) return false;
+      if (op.scaling == Scaling::mx_1x32) return !segmented;
       const auto dim = [&](int d) { return op.dims[static_cast<std::size_t>(d)].local; };
       return segmented || (dim(op.outer_dim()) % 4 == 0 && dim(op.inner_dim()) % 128 == 0);
     };

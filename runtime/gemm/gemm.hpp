@@ -86,8 +86,9 @@ struct GemmArgs {
   // Per-tensor FP8 only: accumulate inside the tensor cores without periodic
   // promotion to fp32 (faster, less accurate; what fprop usually takes).
   bool fast_accumulate = false;
-  // dact != none: aux (aux_type, ld_aux) is the saved pre-activation, read;
-  // no activation, bias or accumulation with it.
+  // dact != none: aux (aux_type, ld_aux) is the saved pre-activation, read
+  // (read-only: it must not overlap D, D^T or dbias_workspace); no
+  // activation, bias or accumulation with it.
   Activation dact = Activation::none;
   // dbias [N] in dbias_type (bf16, fp16, fp32), written; needs
   // dbias_workspace, dbias_workspace_bytes(M, N) of device memory the call

@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <utility>
 
 #include "codegen/kernels/device/fp8_gemm_params.h"
 #include "runtime/device.hpp"
@@ -104,6 +105,28 @@ std::string args_problem(const GemmArgs& g) {
       return "dbias needs a dbias_workspace (dbias_workspace_bytes(M, N)), 4-byte aligned";
   }
   if (g.d_t && g.ld_dt < g.a.rows) return "D^T: the leading dimension must be at least M";
+  if (g.dact != Activation::none && g.aux) {
+    // The kernel reads the saved pre-activation through the read-only path
+    // (ld.global.nc), which is defined only for memory no one writes while
+    // the kernel runs: dz written over z in place would not be.
+    const auto span = [](CUdeviceptr at, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                         std::size_t bytes) {
+      return std::pair<CUdeviceptr, CUdeviceptr>{
+          at, at + static_cast<CUdeviceptr>(((rows - 1) * ld + cols) *
+                                            static_cast<std::int64_t>(bytes))};
+    };
+    const std::int64_t m = g.a.rows, n = g.b.rows;
+    const auto aux = span(g.aux, m, n, g.ld_aux, element_bytes(g.aux_type));
+    const auto overlaps = [&](std::pair<CUdeviceptr, CUdeviceptr> o) {
+      return o.first < aux.second && aux.first < o.second;
+    };
+    const std::string rule =
+        "dact reads aux (the saved pre-activation) as read-only: it must not overlap ";
+    if (overlaps(span(g.d, m, n, g.ldd, element_bytes(g.d_type)))) return rule + "D";
+    if (g.d_t && overlaps(span(g.d_t, n, m, g.ld_dt, 1))) return rule + "D^T";
+    if (g.dbias && overlaps({g.dbias_workspace, g.dbias_workspace + dbias_workspace_bytes(m, n)}))
+      return rule + "the dbias workspace";
+  }
   return {};
 }
 
@@ -189,6 +212,7 @@ class Runner final : public GeneratedGemmRunner {
     std::lock_guard<std::mutex> lock(mutex_);
     std::vector<CompiledKernel> out;
     for (const auto& [name, kernel] : kernels_) out.push_back(kernel->compiled());
+    for (const auto& [type, reducer] : reducers_) out.push_back(reducer->compiled());
     return out;
   }
 

@@ -23,7 +23,7 @@ class GeneratedGemmRunner : public GemmRunner {
   // many clusters fit on the GPU at once (compiles the kernel to ask).
   virtual int launch_ctas(const GemmArgs& args) = 0;
   // Every configuration compiled and loaded so far (prepare() or run()),
-  // by name.
+  // by name, then the dbias reductions beside them, by output type.
   virtual std::vector<CompiledKernel> loaded_kernels() const = 0;
 };
 

@@ -785,13 +785,25 @@ GemmOperand GpuRankExecutor::dequantized_operand(int id, int kd, const Dequantiz
 
 // A 1x128 operand's scales ([rows][K / 128], as quantized) re-laid out
 // K-block-major ([K / 128][rows]) into `into`, where the lowering launches
-// it; returns the next free staging address. A segmented operand's scales
+// it (an MXFP8 operand's codes the same way, bytes [K / 32][rows]); returns
+// the next free staging address. A segmented operand's scales
 // are [segments][rows][K / 128 / segments]: each segment is transposed on its
 // own, so that segment r's scales start r * K / 128 / segments rows in, as a
 // whole operand's do.
 CUdeviceptr GpuRankExecutor::k_block_major_scales(const LoweredStep& l, LaunchRole role, int id,
                                                   GemmOperand& op, CUdeviceptr into) {
   if (!l.find_launch(role)) return into;
+  if (op.scaling == Scaling::mx_1x32) {  // codes [rows][ceil(K / 32)] -> [ceil(K / 32)][rows]
+    const std::int64_t codes = (op.k + 31) / 32;
+    if (!preparing_)
+      r_.kernels.transpose(launch_kernel<TransposeKernel>(l, role))
+          .launch(op.scale_inv, into, static_cast<int>(op.rows), static_cast<int>(codes),
+                  r_.stream);
+    op.scale_inv = into;
+    op.scale_order = BlockScaleOrder::k_block_major;
+    op.scale_stride = 0;
+    return into + round_up(static_cast<std::size_t>(op.rows * codes), 256);
+  }
   const std::int64_t blocks = op.k / 128;
   const int segments = plan_.tensor(id).segmented ? static_cast<int>(plan_.ranks) : 1;
   if (!preparing_)

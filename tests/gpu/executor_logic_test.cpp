@@ -253,6 +253,43 @@ TEST(ExecutorLogic, AutoRunsWhatCublasLtWouldDequantizeOnTheGeneratedGemm) {
   for (const auto& c : gemm_calls(plain)) EXPECT_EQ(c.backend, "cublaslt") << to_string(c.role);
 }
 
+// MXFP8 on the generated GEMM: each operand's E8M0 codes go K-block-major
+// through the byte transpose (the kernel's faster form, docs/gemm.md), except
+// in a GEMM read one K segment at a time, whose codes stay row-major.
+TEST(ExecutorLogic, MxfpCodesGoKBlockMajorExceptInASegmentedGemm) {
+  for (std::uint32_t ranks : {1u, 2u}) {
+    SCOPED_TRACE(ranks);
+    const auto k = kernels_of(layer_text("mxfp8", "column", true, ranks, 256, 512), ranks, 512, {},
+                              GemmBackend::generated);
+    const auto transposes = all_of<TransposeKernel>(k);
+    ASSERT_EQ(transposes.size(), 1u);
+    EXPECT_EQ(transposes[0].element_bytes, 1);
+    EXPECT_GT(k.staging.block_scales, 0u);
+    std::map<GemmRole, int> layouts;
+    std::map<GemmRole, std::uint32_t> segments;
+    for (const auto* pass : {&k.forward, &k.backward})
+      for (const auto& step : *pass) {
+        int n = 0;
+        for (const auto& a : step.actions)
+          if (const auto* l = std::get_if<KernelLaunch>(&a))
+            n += l->role == LaunchRole::scale_layout_a || l->role == LaunchRole::scale_layout_b;
+        for (const auto& a : step.actions)
+          if (const auto* c = std::get_if<GemmCall>(&a)) {
+            EXPECT_EQ(c->backend, "generated");
+            EXPECT_EQ(c->operands, GemmCall::Operands::fp8);
+            layouts[c->role] += n;
+            segments[c->role] = c->segments;
+          }
+      }
+    EXPECT_EQ(layouts[GemmRole::fprop], 2);
+    EXPECT_EQ(layouts[GemmRole::dgrad], 2);
+    // Sequence parallel over 2 ranks gathers X along tokens: wgrad reads it a
+    // rank segment at a time and keeps both operands' codes row-major.
+    EXPECT_EQ(segments[GemmRole::wgrad], ranks);
+    EXPECT_EQ(layouts[GemmRole::wgrad], ranks > 1 ? 0 : 2);
+  }
+}
+
 // The GemmArgs the GPU executor builds for lowered GEMM `c` of step `g`
 // (GpuRankExecutor::gemm and operand()), with aligned stand-in pointers; for
 // a segmented call, segment `segment`'s.

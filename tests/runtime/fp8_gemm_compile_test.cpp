@@ -272,18 +272,6 @@ TEST_P(Fp8GemmCompile, EveryChosenConfigurationCompilesWithoutSpills) {
                                           "fp8c-fp8-gemm-compile-test-" + test_cache_suffix());
 }
 
-// ptxas serializes wgmmas it cannot prove safe, and says so only in its log:
-// a kernel that still computes the right answer, slowly.
-TEST_P(Fp8GemmCompile, PtxasKeepsTheWgmmasAsynchronous) {
-  for (const Fp8GemmKernel& k : chosen_configurations(GetParam())) {
-    if (k.a != ElemType::e4m3 || k.b != ElemType::e4m3 || k.d != ElemType::bf16) continue;
-    const KernelSource s = emit_cuda(k);
-    const NvrtcOutput out = compile_to_cubin(s.source, s.name, s.entry, "sm_90a", s.options);
-    EXPECT_EQ(out.log.find("wgmma"), std::string::npos) << k.name() << ":\n" << out.log;
-    EXPECT_EQ(out.spill_stores, 0) << k.name();
-  }
-}
-
 // `kernels`, and for each with 1x128 scales or MXFP8 codes the same kernel
 // reading them K-block-major (16-byte copies), as the executor's layers run
 // them.
@@ -339,6 +327,25 @@ std::vector<Fp8GemmKernel> epilogue_configurations(const std::tuple<int, int, bo
     for (std::int64_t m : {8192, 1})
       out.push_back(choose_fp8_gemm({m, 8192, 8192, form}, kH200Sms).kernel);
   return out;
+}
+
+// ptxas serializes wgmmas it cannot prove safe, and says so only in its log:
+// a kernel that still computes the right answer, slowly. The chosen plain
+// configurations, and the epilogues that put work inside the K loops (the
+// prefetch of what a dact or accumulating epilogue reads).
+TEST_P(Fp8GemmCompile, PtxasKeepsTheWgmmasAsynchronous) {
+  std::vector<Fp8GemmKernel> kernels;
+  for (const Fp8GemmKernel& k : chosen_configurations(GetParam()))
+    if (k.a == ElemType::e4m3 && k.b == ElemType::e4m3 && k.d == ElemType::bf16)
+      kernels.push_back(k);
+  for (const Fp8GemmKernel& k : epilogue_configurations(GetParam()))
+    if (k.dact != Activation::none || k.accumulate) kernels.push_back(k);
+  for (const Fp8GemmKernel& k : kernels) {
+    const KernelSource s = emit_cuda(k);
+    const NvrtcOutput out = compile_to_cubin(s.source, s.name, s.entry, "sm_90a", s.options);
+    EXPECT_EQ(out.log.find("wgmma"), std::string::npos) << k.name() << ":\n" << out.log;
+    EXPECT_EQ(out.spill_stores, 0) << k.name();
+  }
 }
 
 TEST_P(Fp8GemmCompile, FusedEpiloguesCompileWithoutSpills) {

@@ -14,9 +14,11 @@ namespace {
 
 constexpr int kSms = 132;
 
-// Fake device addresses, 256-byte aligned and far apart.
-constexpr CUdeviceptr kA = 0x100000, kB = 0x200000, kD = 0x300000, kPre = 0x400000,
-                      kDbias = 0x500000, kWork = 0x600000, kDt = 0x700000, kScales = 0x800000;
+// Fake device addresses, 256-byte aligned and 16 MiB apart (more than any
+// buffer here takes: the runner refuses a saved pre-activation that overlaps
+// what the call writes).
+constexpr CUdeviceptr kA = 0x1000000, kB = 0x2000000, kD = 0x3000000, kPre = 0x4000000,
+                      kDbias = 0x5000000, kWork = 0x6000000, kDt = 0x7000000, kScales = 0x8000000;
 
 // A dgrad as the layer below wants it: e5m2 dy x e4m3 W, act' of GELU from
 // the saved bf16 pre-activation, dbias, e5m2 D with its amax and D^T.
@@ -109,6 +111,41 @@ TEST(GeneratedGemmArgs, BackwardEpilogueRefusalsNameTheRule) {
   g = backward_gemm();
   g.aux_type = ElemType::e4m3;  // the saved pre-activation is high precision
   EXPECT_TRUE(refused(g, "aux must be bf16, fp16 or fp32"));
+}
+
+// The saved pre-activation is read through the read-only path: dz written
+// over it (or over D^T or the dbias partials) is refused, and so is a
+// partial overlap; memory right after it is not.
+TEST(GeneratedGemmArgs, DactRefusesAnAuxThatTheCallWrites) {
+  GemmArgs g = backward_gemm();
+  g.d_type = ElemType::bf16;  // dz in place over a bf16 z: same type, same ld
+  g.d_t = 0;
+  g.d_scale = 0;
+  g.d = g.aux;
+  EXPECT_TRUE(refused(g, "must not overlap D"));
+  g.d = g.aux + 2 * static_cast<CUdeviceptr>(g.ld_aux);  // one row down
+  EXPECT_TRUE(refused(g, "must not overlap D"));
+  const CUdeviceptr aux_end =
+      g.aux + 2 * static_cast<CUdeviceptr>((g.a.rows - 1) * g.ld_aux + g.b.rows);
+  g.d = aux_end;  // right after the last element
+  EXPECT_EQ(generated_gemm_problem(g, false, kSms), "");
+  g = backward_gemm();
+  g.d_t = g.aux + 64;
+  EXPECT_TRUE(refused(g, "must not overlap D^T"));
+  g = backward_gemm();
+  g.dbias_workspace = g.aux + 256;
+  EXPECT_TRUE(refused(g, "must not overlap the dbias workspace"));
+  // Without dact, aux is written (the forward's pre-activation), not read:
+  // the rule does not apply.
+  g = backward_gemm();
+  g.dact = Activation::none;
+  g.d_t = 0;
+  g.d_type = ElemType::bf16;
+  g.d_scale = 0;
+  g.dbias = 0;
+  g.activation = Activation::gelu;
+  g.d = g.aux + 0x100000;
+  EXPECT_EQ(generated_gemm_problem(g, false, kSms), "");
 }
 
 TEST(GeneratedGemmArgs, CublasLtRefusesTheBackwardEpilogue) {

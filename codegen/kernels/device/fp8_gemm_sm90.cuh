@@ -92,7 +92,7 @@ constexpr bool kBlockScaled = kAScaleRows != 0;
 // with MXFP8 four of each (one per 32 K, decoded to floats): A's as
 // [32 K][row] (K-block-major codes) or [row][32 K] (row-major), B's as
 // [32 K][lane % 4][column pair][2], so that a thread's columns for one 32 K
-// are consecutive floats (mx_scale_warps, mx_k_major_scale_warp).
+// are consecutive floats (mx_scale_warps, mx_k_major_scale_warps).
 constexpr int kScaleSlotFloats = kMx            ? 4 * (kBlockM + kBlockN)
                                  : kBlockScaled ? kBlockM + kBlockN
                                                 : 0;
@@ -100,14 +100,15 @@ constexpr int kScaleSlotFloats = kMx            ? 4 * (kBlockM + kBlockN)
 // column, as copied from global memory before they are decoded.
 constexpr int kRawWords = kMx ? kBlockM + kBlockN : 0;
 // MXFP8 codes K-block-major ([ceil(K/32)][pitch] bytes: one 32 K's codes of
-// consecutive rows are consecutive, as a caller may hand them) are copied 16
-// rows at a time and decoded by one warp (mx_k_major_scale_warp); row-major
-// ones ([rows][pitch], as the quantizers write them and the lowering hands
-// them: the faster form, docs/gemm.md) by three (mx_scale_warps).
+// consecutive rows are consecutive, as the lowering hands them after a byte
+// transpose: the faster form, docs/gemm.md) are copied 16 rows at a time
+// (mx_k_major_scale_warps); row-major ones ([rows][pitch], as the quantizers
+// write them, and in a GEMM read one K segment at a time) are copied a row
+// at a time (mx_scale_warps). Either way by the loader's warps 1-3.
 constexpr bool kMxKMajor = kMx && kAScalesKMajor;
 // Arrivals that complete a "full" barrier: the TMA thread's, and every lane
 // of the scale warp's (with MXFP8, of the scale warps').
-constexpr int kMxLanes = kMxKMajor ? 32 : 96;  // the loader warpgroup's warps 1 (to 3)
+constexpr int kMxLanes = 96;  // the loader warpgroup's warps 1 to 3
 constexpr unsigned kFullArrivals = kMx ? 1 + kMxLanes : kBlockScaled ? 33 : 1;
 // Registers per thread after setmaxnreg. The CTA's pool is what it was
 // launched with (168 a thread for three warpgroups: 64512), and an increase
@@ -312,14 +313,33 @@ __device__ __forceinline__ Tile tile_at(int index, int tiles_m, int tiles_n, int
 // ---- epilogue --------------------------------------------------------------
 // Element types by code: 0 bf16, 1 fp16, 2 fp32, 3 e4m3, 4 e5m2; -1 none.
 
-template <int kType>
+// kReadOnly: `base` is not written while the kernel runs (the saved
+// pre-activation under kDact), so the load goes through the read-only path
+// (ld.global.nc), which the compiler may also move ahead of the epilogue's
+// stores: without it each read waits behind the stores before it, in case
+// they alias.
+template <int kType, bool kReadOnly = false>
 __device__ __forceinline__ float load_value(unsigned long long base, long long at) {
-  if (kType == 2) return reinterpret_cast<const float*>(base)[at];
-  const unsigned short bits = reinterpret_cast<const unsigned short*>(base)[at];
+  if (kType == 2)
+    return kReadOnly ? __ldg(reinterpret_cast<const float*>(base) + at)
+                     : reinterpret_cast<const float*>(base)[at];
+  const unsigned short bits = kReadOnly ? __ldg(reinterpret_cast<const unsigned short*>(base) + at)
+                                        : reinterpret_cast<const unsigned short*>(base)[at];
   if (kType == 0) return __uint_as_float(static_cast<unsigned>(bits) << 16);
   float f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
   return f;
+}
+
+// x (low byte) and y as FP8 of type code kType (3 e4m3, 4 e5m2).
+template <int kType>
+__device__ __forceinline__ unsigned short fp8x2(float x, float y) {
+  unsigned short packed;
+  if (kType == 3)
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(packed) : "f"(y), "f"(x));
+  else
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(packed) : "f"(y), "f"(x));
+  return packed;
 }
 
 // x to element `at`, y to `at + 1` when `both`. FP8 rounds to nearest even
@@ -337,11 +357,7 @@ __device__ __forceinline__ void store_pair(unsigned long long base, long long at
     return;
   }
   if (kType >= 3) {
-    unsigned short packed;
-    if (kType == 3)
-      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(packed) : "f"(y), "f"(x));
-    else
-      asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(packed) : "f"(y), "f"(x));
+    const unsigned short packed = fp8x2<kType>(x, y);
     unsigned char* out = reinterpret_cast<unsigned char*>(base) + at;
     if (both)
       *reinterpret_cast<unsigned short*>(out) = packed;
@@ -361,6 +377,36 @@ __device__ __forceinline__ void store_pair(unsigned long long base, long long at
     out[0] = static_cast<unsigned short>(packed & 0xFFFF);
 }
 
+// K blocks before the end of a tile's K loop at which the epilogue's reads
+// are prefetched (prefetch_tile_rows).
+constexpr int kEpiloguePrefetchLead = 8;
+
+// Bytes of an element of type code kType (above).
+template <int kType>
+__device__ __forceinline__ constexpr int element_bytes() {
+  return kType == 2 ? 4 : kType >= 3 ? 1 : 2;
+}
+
+// Asks L2 for this thread's share of the rows the epilogue will read from
+// `base` (row pitch `ld` elements of type kType) in a tile starting at column
+// n0: the 4 lanes sharing a row take its 128-byte lines in turn. Issued
+// near the end of the tile's K loop, so that the epilogue's scattered 4-byte
+// reads (aux under kDact, D under kAccumulate) find their lines in L2
+// instead of waiting on DRAM while the tensor cores idle.
+template <int kType>
+__device__ __forceinline__ void prefetch_tile_rows(unsigned long long base, long long ld, int row,
+                                                   int n0, const Fp8GemmParams& p, int lane) {
+  if (row >= p.m) return;
+  constexpr int kRowBytes = kBlockN * element_bytes<kType>();
+  const int cols = min(kBlockN, p.n - n0);
+  const long long first = (row * ld + n0) * element_bytes<kType>();
+  const int bytes = cols * element_bytes<kType>();
+#pragma unroll
+  for (int line = lane % 4; line * 128 < kRowBytes; line += 4)
+    if (line * 128 < bytes)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(base + first + line * 128));
+}
+
 // |x| as bits: for non-negative floats the unsigned order is the numeric
 // order and every NaN sorts above +Inf, so an integer max keeps a NaN.
 __device__ __forceinline__ unsigned abs_bits(float x) {
@@ -368,14 +414,10 @@ __device__ __forceinline__ unsigned abs_bits(float x) {
 }
 
 // FP8 D's elements (row, col) and (row, col + 1), already times d_scale,
-// into D^T: the same conversion as store_pair's, so the same bits.
+// into D^T: the same conversion as store_pair's (fp8x2), so the same bits.
 __device__ __forceinline__ void store_transposed(const Fp8GemmParams& p, long long row, int col,
                                                  float x, float y, bool both) {
-  unsigned short packed;
-  if (kOut == 3)
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(packed) : "f"(y), "f"(x));
-  else
-    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(packed) : "f"(y), "f"(x));
+  const unsigned short packed = fp8x2<kOut>(x, y);
   unsigned char* out = reinterpret_cast<unsigned char*>(p.d_t) + row;
   out[col * p.ld_dt] = static_cast<unsigned char>(packed & 0xFF);
   if (both) out[(col + 1) * p.ld_dt] = static_cast<unsigned char>(packed >> 8);
@@ -400,8 +442,8 @@ __device__ __forceinline__ void finish_pair(const Fp8GemmParams& p, long long ro
   }
   if (kDact) {
     const long long z = row * p.ld_aux + col;
-    x *= dact(load_value<kAux>(p.aux, z));
-    if (both) y *= dact(load_value<kAux>(p.aux, z + 1));
+    x *= dact(load_value<kAux, true>(p.aux, z));
+    if (both) y *= dact(load_value<kAux, true>(p.aux, z + 1));
   } else if (kAux >= 0) {
     store_pair<kAux>(p.aux, row * p.ld_aux + col, x, y, both);
   }
@@ -665,17 +707,18 @@ __device__ __forceinline__ void mx_scale_warps(const Fp8GemmParams& p, float* sc
                 async, copy, decode);
 }
 
-// MXFP8 with K-block-major codes: one warp, the same walk as mx_scale_warps
-// (mx_scale_walk), but a stage's work is at most 64 chunks of 16 codes
-// (one 32 K of 16 consecutive rows: a 16-byte copy, four 16-byte stores),
-// two a lane: A's chunks, then B's. It was written to take less issue time
-// from the math warps than the three row-major warps' decoding (about 1200
-// instructions a stage against the math's 4000), but measured slower: 197-206
-// TFLOP/s against 263-269 row-major (H100, 8f3478c; docs/gemm.md, "MXFP8:
-// where it stands"). Codes past M, N or K land as zeros and decode to 2^-127, which
-// only multiplies zeros (TMA's fill). Where a code row or the codes'
-// address is not 16-byte aligned, the bytes are read from global memory
-// when decoded instead.
+// MXFP8 with K-block-major codes: the loader warpgroup's warps 1-3, the same
+// walk as mx_scale_warps (mx_scale_walk), but a stage's work is at most 64
+// chunks of 16 codes (one 32 K of 16 consecutive rows: a 16-byte copy, four
+// 16-byte stores), at most one a lane: A's chunks, then B's. One warp doing
+// two chunks a lane issued far fewer instructions than the row-major
+// decoding but ran slower (197-206 TFLOP/s against 263-269 row-major, H100,
+// 8f3478c): the math warps waited on its serial chain every stage. Spread
+// over three warps it ran at 302-306 (H100, d69a377; docs/gemm.md, "MXFP8:
+// where it stands"). Codes past M, N or K land as zeros and decode to
+// 2^-127, which only multiplies zeros (TMA's fill). Where a code row or the
+// codes' address is not 16-byte aligned, the bytes are read from global
+// memory when decoded instead.
 constexpr int kMxAChunks = 4 * (kBlockM / 16);
 constexpr int kMxChunks = kMxAChunks + 4 * (kBlockN / 16);
 
@@ -723,13 +766,13 @@ __device__ __forceinline__ void mx_store_chunk(float* slot, int item, const unsi
   }
 }
 
-__device__ __forceinline__ void mx_k_major_scale_warp(const Fp8GemmParams& p, float* scale_slots,
-                                                      unsigned* raw, unsigned long long* full,
-                                                      unsigned long long* empty, int tiles_m,
-                                                      int tiles_n, int tiles, int kblocks,
-                                                      int first_tile, int tile_stride,
-                                                      unsigned rank) {
-  const int lane = threadIdx.x % 32;
+__device__ __forceinline__ void mx_k_major_scale_warps(const Fp8GemmParams& p, float* scale_slots,
+                                                       unsigned* raw, unsigned long long* full,
+                                                       unsigned long long* empty, int tiles_m,
+                                                       int tiles_n, int tiles, int kblocks,
+                                                       int first_tile, int tile_stride,
+                                                       unsigned rank) {
+  const int lane = threadIdx.x - (kConsumers * 128 + 32);
   const bool async = (p.a_scale | p.b_scale) % 16 == 0 && p.a_scale_kblock_stride % 16 == 0 &&
                      p.b_scale_kblock_stride % 16 == 0;
   const int codes = (p.k + 31) / 32;
@@ -738,7 +781,7 @@ __device__ __forceinline__ void mx_k_major_scale_warp(const Fp8GemmParams& p, fl
   const auto copy = [&](int s, int kb, int m0, int n0) {
     unsigned* chunks = raw + s * kRawWords;
 #pragma unroll 1
-    for (int item = lane; item < kMxChunks; item += 32) {
+    for (int item = lane; item < kMxChunks; item += kMxLanes) {
       int valid;
       const unsigned char* src = mx_chunk_source(p, item, m0, n0, kb, codes, valid);
       asm volatile(
@@ -751,7 +794,7 @@ __device__ __forceinline__ void mx_k_major_scale_warp(const Fp8GemmParams& p, fl
     float* slot = scale_slots + s * kScaleSlotFloats;
     const unsigned* chunks = raw + s * kRawWords;
 #pragma unroll 1
-    for (int item = lane; item < kMxChunks; item += 32) {
+    for (int item = lane; item < kMxChunks; item += kMxLanes) {
       unsigned word[4] = {0, 0, 0, 0};
       if (async) {
         const uint4 c = *reinterpret_cast<const uint4*>(chunks + 4 * item);
@@ -823,11 +866,27 @@ __device__ __forceinline__ void consume(const Fp8GemmParams& p, const unsigned c
     const int row_base =
         (tile.m * kClusterM + rank) * kBlockM + warpgroup * 64 + warp * 16 + lane / 4;
     const int col0 = tile.n * kBlockN + 2 * (lane % 4);
+    // The epilogue's reads, asked of L2 a few K blocks before the end of
+    // the tile's K loop: late enough that the streaming A and B tiles do not
+    // evict them first, early enough to cover DRAM's latency.
+    const int prefetch_kb = max(kblocks - kEpiloguePrefetchLead, 0);
+    const auto prefetch_epilogue_reads = [&](int kb) {
+      if (!(kDact || kAccumulate) || kb != prefetch_kb) return;
+#pragma unroll
+      for (int w = 0; w < kWaves; ++w)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int row = row_base + w * kWaveRows + 8 * half;
+          if (kDact) prefetch_tile_rows<kAux>(p.aux, p.ld_aux, row, tile.n * kBlockN, p, lane);
+          if (kAccumulate) prefetch_tile_rows<kOut>(p.d, p.ldd, row, tile.n * kBlockN, p, lane);
+        }
+    };
 
     if (!kPromote) {
       int pending = -1;  // the slot the last wgmma group may still be reading
       for (int kb = 0; kb < kblocks; ++kb, ++step) {
         const int s = step % kStages;
+        prefetch_epilogue_reads(kb);
         barrier_wait(&full[s], (step / kStages) & 1);
         wgmma_waves(acc, a_slice + s * kATileBytes, tile_descriptor(b_tiles + s * kBTileBytes),
                     kb > 0);
@@ -850,6 +909,7 @@ __device__ __forceinline__ void consume(const Fp8GemmParams& p, const unsigned c
 #pragma unroll
         for (int i = 0; i < kAccumulators; ++i) acc[w][i] = 0.0f;
       for (int kb = 0; kb < kblocks && kMx; ++kb, ++step) {
+        prefetch_epilogue_reads(kb);
         const int s = step % kStages;
         barrier_wait(&full[s], (step / kStages) & 1);
         const float* slot = scale_slots + s * kScaleSlotFloats;
@@ -928,6 +988,7 @@ __device__ __forceinline__ void consume(const Fp8GemmParams& p, const unsigned c
         release(s);
       }
       for (int kb = 0; kb < kblocks && !kMx; ++kb, ++step) {
+        prefetch_epilogue_reads(kb);
         const int s = step % kStages;
         barrier_wait(&full[s], (step / kStages) & 1);
         // This K block's scales, out of the stage before it is released.
@@ -1105,9 +1166,9 @@ extern "C" __global__ void __launch_bounds__(fp8c_gemm::kThreads, 1)
             tma_load(b_part, &p.b, &full[s], kb * kBlockK, n0);
         }
       }
-    } else if (kMxKMajor && threadIdx.x / 32 == kConsumers * 4 + 1) {
-      mx_k_major_scale_warp(p, scale_slots, raw_codes, full, empty, tiles_m, tiles_n, tiles,
-                            kblocks, first_tile, tile_stride, rank);
+    } else if (kMxKMajor && threadIdx.x / 32 > kConsumers * 4) {
+      mx_k_major_scale_warps(p, scale_slots, raw_codes, full, empty, tiles_m, tiles_n, tiles,
+                             kblocks, first_tile, tile_stride, rank);
     } else if (kMx && !kMxKMajor && threadIdx.x / 32 > kConsumers * 4) {
       mx_scale_warps(p, scale_slots, raw_codes, full, empty, tiles_m, tiles_n, tiles, kblocks,
                      first_tile, tile_stride, rank);
