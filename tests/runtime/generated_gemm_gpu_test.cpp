@@ -531,7 +531,11 @@ TEST(GeneratedGemmGpu, BackwardEpilogueArgumentsAreChecked) {
   g = p.args;
   g.dbias_workspace = 0;
   refused(g, "dbias_workspace");
+  // A bf16 D of its own: in the problem's FP8 D, two-byte elements would
+  // run into the saved pre-activation, a refusal of its own.
+  const DeviceBuffer bf16_d(static_cast<std::size_t>(p.args.a.rows) * p.args.ldd * 2);
   g = p.args;
+  g.d = bf16_d.get();
   g.d_type = ElemType::bf16;
   g.d_scale = 0;
   refused(g, "FP8 only");
