@@ -208,6 +208,14 @@ struct Session::Impl {
     const int input_scale = consumer->plan->tensor(in.x_fp8).scale;
     producer.exec->bind_scale(out.y_scale, consumer->exec->scale_pair(input_scale));
     producer.exec->bind(out.y_amax, consumer->exec->address(in.x_amax));
+    // The columnwise copy the producer's GEMM writes beside y: straight
+    // into the consumer's input, which only its wgrad reads.
+    if ((out.y_fp8_col == kNoTensor) != (in.x_fp8_col == kNoTensor))
+      throw runtime::ExecutorError(
+          "gpu executor: layers '" + producer.layer->name + "' and '" + consumer->layer->name +
+          "' disagree on who makes the columnwise copy of the FP8 hand-over");
+    if (out.y_fp8_col != kNoTensor)
+      producer.exec->bind(out.y_fp8_col, consumer->exec->address(in.x_fp8_col));
     producer.fp8_consumer = consumer;
     consumer->fp8_producer = &producer;
   }

@@ -90,8 +90,8 @@ class Lowering {
     if (plan_.io.w == kNoTensor) return;
     const LayerIo& io = plan_.io;
     const auto callers = [&](int id) {
-      return id == io.x || id == io.x_fp8 || id == io.x_amax || id == io.b || id == io.dy ||
-             id == io.y_scale;
+      return id == io.x || id == io.x_fp8 || id == io.x_amax || id == io.x_fp8_col || id == io.b ||
+             id == io.dy || id == io.y_scale;
     };
     std::vector<bool> made(plan_.tensors.size(), false), weights(plan_.tensors.size(), false);
     for (const auto* pass : {&plan_.forward, &plan_.backward})
@@ -582,6 +582,12 @@ class Lowering {
     } else {
       c.activation = e.activation;
     }
+    if (e.out_columnwise != kNoTensor) {
+      launch(l, LaunchRole::transpose_output, {TransposeKernel{}});
+      note_once(std::string(to_string(g.role)) + ": " + t(e.out_columnwise).name +
+                " (the consumer's columnwise input) transposed after the " + c.backend +
+                " GEMM, which cannot write it");
+    }
     place(l, g, c);
   }
 
@@ -617,6 +623,11 @@ class Lowering {
     c.bias = e.bias != kNoTensor;
     c.fp8_output = e.out_scale != kNoTensor;
     c.activation = e.activation;
+    c.columnwise_output = e.out_columnwise != kNoTensor;
+    if (c.columnwise_output)
+      note_once(std::string(to_string(g.role)) + ": " + t(e.out_columnwise).name +
+                " (the consumer's columnwise input) written by the generated GEMM beside " +
+                t(g.out).name);
     note_once(std::string(to_string(g.role)) + ": " + std::string(to_string(a.scaling)) + " x " +
               std::string(to_string(b.scaling)) +
               " operands in the generated GEMM, its epilogue fused");
@@ -642,7 +653,9 @@ class Lowering {
     std::vector<LoweredAction> before, after;
     for (auto& action : l.actions) {
       const auto* k = std::get_if<KernelLaunch>(&action);
-      (k && k->role == LaunchRole::activation_after_gemm ? after : before).push_back(action);
+      const bool finishes = k && (k->role == LaunchRole::activation_after_gemm ||
+                                  k->role == LaunchRole::transpose_output);
+      (finishes ? after : before).push_back(action);
     }
     before.push_back(c);
     before.insert(before.end(), after.begin(), after.end());
@@ -848,6 +861,8 @@ std::string_view to_string(LaunchRole r) {
       return "scale_layout_b";
     case LaunchRole::activation_after_gemm:
       return "activation_after_gemm";
+    case LaunchRole::transpose_output:
+      return "transpose_output";
     case LaunchRole::ring_sum:
       return "ring_sum";
   }

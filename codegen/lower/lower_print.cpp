@@ -25,6 +25,7 @@ std::string describe(const GemmCall& g, std::uint32_t ranks) {
   if (g.activation != Activation::none) s += ", +" + std::string(to_string(g.activation));
   if (g.fp8_output) s += ", FP8 output with amax";
   if (g.activation_after) s += ", writes the pre-activation";
+  if (g.columnwise_output) s += ", and its columnwise copy";
   if (g.segments > 1) s += ", " + std::to_string(g.segments) + " K segments (accumulating)";
   if (g.pad_scales_a || g.pad_scales_b)
     s += std::string(", 128x128 scales of ") + (g.pad_scales_a ? "A" : "B") + " padded";
@@ -114,8 +115,7 @@ std::string print_lowered(const Plan& plan, const LoweredPlan& lowered) {
         << l.staging.dequantized << " B, block scales as cuBLASLt reads them "
         << l.staging.block_scales << " B\n";
     if (l.staging.ring_sums)
-      o << "  staging: ring running sums (fp32, received + sent) " << l.staging.ring_sums
-        << " B\n";
+      o << "  staging: ring running sums (fp32, received + sent) " << l.staging.ring_sums << " B\n";
     o << "  kernels: " << l.kernels.size() << "\n";
   }
   o << "\nkernels to compile: " << lowered.kernels.size() << "\n";

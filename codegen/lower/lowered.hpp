@@ -41,6 +41,8 @@ enum class LaunchRole {
   scale_layout_b,         // ... and B's, into staging (what the block-scaled GEMM reads)
   activation_after_gemm,  // relu / silu (any activation after a block-scaled GEMM) on
                           // the pre-activation the GEMM wrote
+  transpose_output,       // a chained FP8 output's columnwise copy, after a GEMM that
+                          // cannot write it (cuBLASLt): OutputEpilogue::out_columnwise
   ring_sum,               // overlap = ring, scatter_rows: a chunk's partial added to the
                           // running sum that arrived (ring.hpp)
 };
@@ -71,6 +73,10 @@ struct GemmCall {
   Activation activation = Activation::none;
   bool fp8_output = false;
   bool activation_after = false;
+  // The FP8 output's columnwise copy for a chained consumer
+  // (OutputEpilogue::out_columnwise): the generated GEMM writes it beside
+  // the output (D^T); after cuBLASLt a transpose_output launch makes it.
+  bool columnwise_output = false;
   // A segmented operand is read one rank segment at a time, `segments`
   // accumulating calls (segments > 1).
   std::uint32_t segments = 1;

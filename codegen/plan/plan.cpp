@@ -62,11 +62,13 @@ std::vector<int*> Step::refs(bool inputs) {
                  },
                  [&](GemmStep& s) {
                    in = {&s.a, &s.b, &s.epilogue.bias, &s.epilogue.out_scale};
-                   out = {&s.out, &s.epilogue.pre_activation, &s.epilogue.out_amax};
+                   out = {&s.out, &s.epilogue.pre_activation, &s.epilogue.out_amax,
+                          &s.epilogue.out_columnwise};
                  },
                  [&](EpilogueStep& s) {
                    in = {&s.in, &s.epilogue.bias, &s.epilogue.out_scale};
-                   out = {&s.out, &s.epilogue.pre_activation, &s.epilogue.out_amax};
+                   out = {&s.out, &s.epilogue.pre_activation, &s.epilogue.out_amax,
+                          &s.epilogue.out_columnwise};
                  },
                  [&](GradEpilogueStep& s) {
                    in = {&s.dy, &s.pre_activation};

@@ -184,6 +184,10 @@ struct OutputEpilogue {
   int pre_activation = kNoTensor;  // z out, saved for dact
   int out_scale = kNoTensor;       // the consumer's input scale (FP8 output)
   int out_amax = kNoTensor;
+  // The FP8 output's columnwise copy (the same bytes transposed), which a
+  // chained consumer's wgrad reads as its X: written beside the output so
+  // that the consumer runs no transpose of its own.
+  int out_columnwise = kNoTensor;
   bool any() const {
     return bias != kNoTensor || activation != Activation::none || out_scale != kNoTensor;
   }
@@ -289,9 +293,10 @@ struct DelayedTensor {
 
 // The tensors a layer exchanges with its caller and neighbours.
 struct LayerIo {
-  int x = kNoTensor;       // high-precision input (kNoTensor when it arrives in FP8)
-  int x_fp8 = kNoTensor;   // FP8 input written by the producer's epilogue
-  int x_amax = kNoTensor;  // its amax, as the producer computed it
+  int x = kNoTensor;          // high-precision input (kNoTensor when it arrives in FP8)
+  int x_fp8 = kNoTensor;      // FP8 input written by the producer's epilogue
+  int x_amax = kNoTensor;     // its amax, as the producer computed it
+  int x_fp8_col = kNoTensor;  // its columnwise copy, where the producer writes one too
   int w = kNoTensor;
   int b = kNoTensor;
   int dy = kNoTensor;
@@ -299,7 +304,8 @@ struct LayerIo {
   int y_fp8 = kNoTensor;    // FP8 output for the consumer
   int y_scale = kNoTensor;  // the consumer's input scale the epilogue applies
   int y_amax = kNoTensor;
-  int z = kNoTensor;  // pre-activation saved for backward
+  int y_fp8_col = kNoTensor;  // y_fp8's columnwise copy, the consumer's x_fp8_col
+  int z = kNoTensor;          // pre-activation saved for backward
   int dx = kNoTensor;
   int dw = kNoTensor;
   int db = kNoTensor;  // final (reduced) bias gradient

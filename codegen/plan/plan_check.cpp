@@ -17,6 +17,7 @@
 //   group, so every rank (and the one-rank run) uses the same scale.
 #include "codegen/plan/plan_check.hpp"
 
+#include <array>
 #include <map>
 #include <set>
 
@@ -193,6 +194,17 @@ std::vector<std::string> check_layer_plan(const LayerPlan& l) {
     const Step& s = *r.step;
     if (const auto* g = s.as<GemmStep>()) {
       check_gemm(l, r, *g, errors);
+      if (const int c = g->epilogue.out_columnwise; c != kNoTensor) {
+        // The same FP8 bytes transposed: only per-tensor data is its own
+        // transpose's (one scale for both).
+        const Tensor& out = l.tensor(g->out);
+        const Tensor& col = l.tensor(c);
+        if (!out.is_fp8() || out.scaling != Scaling::per_tensor || col.type != out.type ||
+            col.scale != out.scale || col.dims != out.dims || out.usage != Usage::rowwise ||
+            col.usage != Usage::columnwise)
+          errors.push_back(where(l, r) + ": " + col.name + " is not the columnwise copy of " +
+                           out.name + " (per-tensor FP8, same type, scale and dims)");
+      }
     } else if (const auto* g = s.as<AllGatherStep>()) {
       if (l.ranks <= 1) errors.push_back(where(l, r) + ": all_gather on a single rank");
       check_gather_pair(l, r, g->dim, g->in, g->out, consumers, errors);
@@ -235,6 +247,28 @@ std::vector<std::string> check_plan(const Plan& plan) {
   for (const auto& l : plan.layers) {
     auto e = check_layer_plan(l);
     errors.insert(errors.end(), e.begin(), e.end());
+  }
+  // A columnwise copy handed along a chain is some layer's columnwise input,
+  // in the form its producer writes it (layer plans do not name their
+  // neighbours: the shape and type must match).
+  for (const auto& p : plan.layers) {
+    if (p.io.y_fp8_col == kNoTensor) continue;
+    int readers = 0;
+    for (const auto& c : plan.layers) {
+      if (c.io.x_fp8_col == kNoTensor || c.io.x_fp8 == kNoTensor) continue;
+      const Tensor& in = c.tensor(c.io.x_fp8_col);
+      const Tensor& out = p.tensor(p.io.y_fp8_col);
+      // Extents only: the producer's "out" is the consumer's "in".
+      const auto extents = [](const Tensor& t) {
+        return std::array<std::uint64_t, 4>{t.dims[0].local, t.dims[0].global, t.dims[1].local,
+                                            t.dims[1].global};
+      };
+      if (extents(in) != extents(out) || in.type != out.type) continue;
+      ++readers;
+    }
+    if (readers == 0)
+      errors.push_back("layer '" + p.layer + "' writes " + p.tensor(p.io.y_fp8_col).name +
+                       ", which no layer reads as its columnwise FP8 input");
   }
   return errors;
 }

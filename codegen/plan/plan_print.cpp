@@ -26,6 +26,7 @@ void epilogue_view(StepView& v, const OutputEpilogue& e) {
   v.operands.push_back({"out_scale", e.out_scale});
   v.operands.push_back({"pre_activation", e.pre_activation});
   v.operands.push_back({"out_amax", e.out_amax});
+  v.operands.push_back({"out_columnwise", e.out_columnwise});
   if (e.activation != Activation::none)
     v.attributes.push_back({"activation", std::string(to_string(e.activation))});
 }
@@ -206,12 +207,22 @@ std::string json_steps(const std::vector<Step>& steps) {
 
 // The layer's io fields, by name (kNoTensor ones left out).
 std::vector<std::pair<const char*, int>> io_fields(const LayerIo& io) {
-  const std::vector<std::pair<const char*, int>> all = {
-      {"x", io.x},           {"x_fp8", io.x_fp8}, {"x_amax", io.x_amax},
-      {"w", io.w},           {"b", io.b},         {"dy", io.dy},
-      {"y", io.y},           {"y_fp8", io.y_fp8}, {"y_scale", io.y_scale},
-      {"y_amax", io.y_amax}, {"z", io.z},         {"dx", io.dx},
-      {"dw", io.dw},         {"db", io.db}};
+  const std::vector<std::pair<const char*, int>> all = {{"x", io.x},
+                                                        {"x_fp8", io.x_fp8},
+                                                        {"x_amax", io.x_amax},
+                                                        {"w", io.w},
+                                                        {"b", io.b},
+                                                        {"dy", io.dy},
+                                                        {"y", io.y},
+                                                        {"y_fp8", io.y_fp8},
+                                                        {"y_scale", io.y_scale},
+                                                        {"y_amax", io.y_amax},
+                                                        {"z", io.z},
+                                                        {"dx", io.dx},
+                                                        {"dw", io.dw},
+                                                        {"db", io.db},
+                                                        {"x_fp8_col", io.x_fp8_col},
+                                                        {"y_fp8_col", io.y_fp8_col}};
   std::vector<std::pair<const char*, int>> set;
   for (const auto& f : all)
     if (f.second != kNoTensor) set.push_back(f);

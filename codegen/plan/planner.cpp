@@ -21,6 +21,7 @@
 #include "codegen/plan/planner.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <set>
 
 #include "codegen/plan/plan_check.hpp"
@@ -47,6 +48,21 @@ Scaling scaling_for(RecipeKind k, bool weight) {
       break;
   }
   return Scaling::none;
+}
+
+// Whether a chained producer's GEMM also writes the columnwise copy of the
+// FP8 output it hands its consumer (OutputEpilogue::out_columnwise), so that
+// the consumer's wgrad reads it instead of transposing the FP8 input itself:
+// where the producer's GEMM writes the output (column parallel, or one rank:
+// no reduction and epilogue step after it) and the consumer reads the tokens
+// as they are handed over (no gather before its wgrad). Both layers' planners
+// ask it, so the producer writes exactly what the consumer reads.
+bool chain_hands_columnwise(const Layer& producer, std::uint32_t producer_ranks,
+                            const Layer& consumer, std::uint32_t consumer_ranks) {
+  const bool gemm_writes_output = producer.mode == ParallelMode::column || producer_ranks == 1;
+  const bool consumer_gathers = consumer.mode == ParallelMode::column &&
+                                consumer.layout.sequence_parallel && consumer_ranks > 1;
+  return gemm_writes_output && !consumer_gathers;
 }
 
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
@@ -77,8 +93,10 @@ struct QuantizeExtras {
 // Builds the plan of one layer.
 class LayerPlanner {
  public:
+  // ranks_of: the tensor-parallel size of any layer of the spec (a chain's
+  // two planners agree on what one hands the other).
   LayerPlanner(const Spec& spec, const Layer& layer, std::uint32_t ranks, std::uint64_t tokens,
-               std::uint32_t grid_ranks)
+               std::uint32_t grid_ranks, const std::function<std::uint32_t(const Layer&)>& ranks_of)
       : layer_(layer), R_(ranks), G_(grid_ranks), T_(tokens) {
     plan_.layer = layer.name;
     plan_.ranks = ranks;
@@ -104,6 +122,10 @@ class LayerPlanner {
     const Layer* producer = layer.input.empty() ? nullptr : spec.find_layer(layer.input);
     chained_in_ = producer && fp8_output_consumer(spec, *producer) == &layer;
     consumer_ = fp8_output_consumer(spec, layer);
+    columnwise_in_ =
+        chained_in_ && chain_hands_columnwise(*producer, ranks_of(*producer), layer, R_);
+    columnwise_out_ =
+        consumer_ && chain_hands_columnwise(layer, R_, *consumer_, ranks_of(*consumer_));
     if (layer.output_fp8 && !consumer_) {
       const std::string why = fp8_output_not_honoured(spec, layer);
       plan_.notes.push_back("output = fp8 is not honoured" + (why.empty() ? "" : ": " + why) +
@@ -462,8 +484,18 @@ class LayerPlanner {
       plan_.io.x_fp8 = xq;
       plan_.io.x_amax = d.amax;
       x_row_ = xq;
-      // Per-tensor: the columnwise copy is the transpose of the chained data.
-      if (G) x_col_ = transpose(f, xq, false);
+      // Per-tensor: the columnwise copy is the transpose of the chained data,
+      // which the producer's GEMM writes beside it where it can.
+      if (G && columnwise_in_) {
+        Tensor c = at(xq);
+        c.name = name("x.fp8.col");
+        c.usage = Usage::columnwise;
+        c.note = "written by '" + layer_.input + "' GEMM beside " + at(xq).name;
+        x_col_ = add(c);
+        plan_.io.x_fp8_col = x_col_;
+      } else if (G) {
+        x_col_ = transpose(f, xq, false);
+      }
       fprop_x = x_gathered_ ? all_gather(f, xq) : xq;
     } else {
       x_ = hp_tensor(Quantity::x, Form::value, "x", tokens_in_, in_, hp_, true,
@@ -516,7 +548,7 @@ class LayerPlanner {
     g.a = fprop_x;
     g.b = F ? w_row_ : w_;
     if (column_ || R_ == 1) {
-      g.out = output(g.epilogue, tokens_all_);
+      g.out = output(g.epilogue, tokens_all_, columnwise_out_);
       f.push_back({g});
       return;
     }
@@ -529,7 +561,7 @@ class LayerPlanner {
     if (layer_.bias || act_ != Activation::none || consumer_ || convert) {
       EpilogueStep e;
       e.in = reduced;
-      e.out = output(e.epilogue, tokens_out_);
+      e.out = output(e.epilogue, tokens_out_, false);
       f.push_back({e});
     } else {
       plan_.io.y = reduced;
@@ -539,8 +571,9 @@ class LayerPlanner {
 
   // The layer's final output, written by a GEMM epilogue or an epilogue
   // step: bias, activation (saving the pre-activation for dact), FP8 for a
-  // chained delayed-scaling consumer. Returns the output tensor.
-  int output(OutputEpilogue& e, const Dim& rows) {
+  // chained delayed-scaling consumer, with its columnwise copy where the
+  // consumer reads it (chain_hands_columnwise). Returns the output tensor.
+  int output(OutputEpilogue& e, const Dim& rows, bool columnwise) {
     e.bias = b_;
     e.activation = act_;
     if (act_ != Activation::none) {
@@ -564,6 +597,13 @@ class LayerPlanner {
       plan_.io.y_fp8 = out;
       plan_.io.y_scale = e.out_scale;
       plan_.io.y_amax = e.out_amax;
+      if (columnwise) {
+        Tensor c = at(out);
+        c.name = name("y.fp8.col");
+        c.usage = Usage::columnwise;
+        e.out_columnwise = add(c);
+        plan_.io.y_fp8_col = e.out_columnwise;
+      }
       return out;
     }
     const int y = hp_tensor(Quantity::y, Form::value, "y", rows, out_, layer_.output_dtype);
@@ -814,6 +854,8 @@ class LayerPlanner {
   Dim tokens_in_, tokens_out_, tokens_all_, in_, out_;
   bool chained_in_ = false;
   const Layer* consumer_ = nullptr;
+  bool columnwise_in_ = false;   // the producer's GEMM writes x.fp8.col too
+  bool columnwise_out_ = false;  // this layer's GEMM writes y.fp8.col for its consumer
   bool x_gathered_ = false;
   bool x_col_whole_ = false;  // X's columnwise copy was quantized from the gathered X
   int x_ = kNoTensor, w_ = kNoTensor, b_ = kNoTensor, z_ = kNoTensor, dy_ = kNoTensor;
@@ -861,7 +903,8 @@ Plan plan_spec(const Spec& spec, const PlanOptions& options) {
       grid = layer_ranks(layer, at_grid);
     }
     plan.ranks = std::max(plan.ranks, r);
-    plan.layers.push_back(LayerPlanner(spec, layer, r, options.tokens, grid).run());
+    const auto ranks_of = [&](const Layer& l) { return layer_ranks(l, options); };
+    plan.layers.push_back(LayerPlanner(spec, layer, r, options.tokens, grid, ranks_of).run());
   }
   if (auto errors = check_plan(plan); !errors.empty()) {
     std::string message = "internal error: the planner produced an invalid plan:";

@@ -103,6 +103,13 @@ class RankExecutor {
       if (plan_.io.y_fp8 == kNoTensor)
         throw ExecutorError("cpu executor: chain: '" + layer_.name + "' writes no FP8 output");
       copy_same_shape(store_, plan_.io.y_fp8, consumer.store_, to.x_fp8);
+      if (to.x_fp8_col != kNoTensor) {
+        if (plan_.io.y_fp8_col == kNoTensor)
+          throw ExecutorError("cpu executor: chain: '" + layer_.name +
+                              "' writes no columnwise copy of its FP8 output, which '" +
+                              consumer.layer_.name + "' reads");
+        copy_same_shape(store_, plan_.io.y_fp8_col, consumer.store_, to.x_fp8_col);
+      }
       if (to.x_amax != kNoTensor)
         consumer.store_.set_scalar(to.x_amax, store_.scalar(plan_.io.y_amax));
       return;
@@ -299,6 +306,8 @@ class RankExecutor {
                   false);
     else
       store_.write_hp(out, y);
+    // The consumer's columnwise input: the same FP8 bytes, transposed.
+    if (e.out_columnwise != kNoTensor) transpose_fp8(store_, out, e.out_columnwise);
     if (e.out_amax != kNoTensor) store_.set_scalar(e.out_amax, numerics::amax(y));
   }
 
@@ -501,6 +510,7 @@ void fill_external_tensors(const Layer& layer, TensorStore& store, const LayerSt
     std::vector<float> x = shard(d.x, layer.in, plan.tensor(io.x_fp8).dims, rank);
     for (auto& v : x) v = round_to(layer.dtype, v);
     quantize_to(store, io.x_fp8, x, store.scalar(plan.tensor(io.x_fp8).scale), false);
+    if (io.x_fp8_col != kNoTensor) transpose_fp8(store, io.x_fp8, io.x_fp8_col);
     if (io.x_amax != kNoTensor) store.set_scalar(io.x_amax, numerics::amax(x));
   }
 }

@@ -907,6 +907,12 @@ void GpuRankExecutor::gemm(const GemmStep& s, const LoweredStep& l) {
   if (e.out_scale != kNoTensor) g.d_scale = slot(e.out_scale).scale;
   g.activation = call->activation;
   g.accumulate = s.accumulate;
+  // A chained consumer's columnwise input: D^T from the generated GEMM, or a
+  // transpose after cuBLASLt's (below).
+  if (call->columnwise_output) {
+    g.d_t = at(e.out_columnwise);
+    g.ld_dt = static_cast<std::int64_t>(out.dims[0].local);
+  }
 
   // relu / silu: the GEMM writes the pre-activation z (bias included), a
   // kernel makes y (and its FP8 cast and amax) from it.
@@ -1020,6 +1026,10 @@ void GpuRankExecutor::gemm(const GemmStep& s, const LoweredStep& l) {
   if (after && !preparing_)
     r_.kernels.epilogue(launch_kernel<EpilogueKernel>(l, LaunchRole::activation_after_gemm))
         .launch(*after, r_.stream);
+  if (l.find_launch(LaunchRole::transpose_output) && !preparing_)
+    r_.kernels.transpose(launch_kernel<TransposeKernel>(l, LaunchRole::transpose_output))
+        .launch(at(s.out), at(e.out_columnwise), static_cast<int>(out.dims[0].local),
+                static_cast<int>(out.dims[1].local), r_.stream);
 }
 
 void GpuRankExecutor::download(cpu::TensorStore& host) const {

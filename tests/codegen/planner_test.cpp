@@ -452,6 +452,70 @@ TEST(Planner, DelayedConsumerTakesChainedFp8Output) {
   EXPECT_EQ(delayed_keys(fc2).front(), "x");
 }
 
+// A chained producer whose GEMM writes the FP8 output (column parallel, or
+// one rank) writes its columnwise copy beside it, and the consumer's wgrad
+// reads that instead of a transpose of its own; a row-parallel producer
+// (an epilogue step after the reduce-scatter writes the output) and a
+// consumer that gathers its input keep the consumer's transpose.
+TEST(Planner, ChainedProducerWritesTheConsumersColumnwiseInput) {
+  const auto steps_of = [](const LayerPlan& l, StepKind k) { return all_steps_of(l, k).size(); };
+  const auto check = [&](const std::string& text, std::uint32_t ranks, bool fused) {
+    SCOPED_TRACE(text + " at " + std::to_string(ranks) + " ranks");
+    PlanOptions o;
+    o.ranks = ranks;
+    const Plan plan = plan_spec(spec_text(text), o);
+    const LayerPlan& a = plan.layers[0];
+    const LayerPlan& b = plan.layers[1];
+    ASSERT_NE(a.io.y_fp8, kNoTensor);
+    ASSERT_NE(b.io.x_fp8, kNoTensor);
+    const GemmStep* wgrad = nullptr;
+    for (const Step* s : all_steps_of(b, StepKind::gemm))
+      if (s->as<GemmStep>()->role == GemmRole::wgrad) wgrad = s->as<GemmStep>();
+    ASSERT_NE(wgrad, nullptr);
+    if (!fused) {
+      EXPECT_EQ(a.io.y_fp8_col, kNoTensor);
+      EXPECT_EQ(b.io.x_fp8_col, kNoTensor);
+      EXPECT_EQ(steps_of(b, StepKind::transpose), 1u);
+      return;
+    }
+    ASSERT_NE(a.io.y_fp8_col, kNoTensor);
+    ASSERT_NE(b.io.x_fp8_col, kNoTensor);
+    const GemmStep* fprop = nullptr;
+    for (const Step* s : all_steps_of(a, StepKind::gemm))
+      if (s->as<GemmStep>()->role == GemmRole::fprop) fprop = s->as<GemmStep>();
+    ASSERT_NE(fprop, nullptr);
+    EXPECT_EQ(fprop->out, a.io.y_fp8);
+    EXPECT_EQ(fprop->epilogue.out_columnwise, a.io.y_fp8_col);
+    const Tensor& out = a.tensor(a.io.y_fp8_col);
+    const Tensor& in = b.tensor(b.io.x_fp8_col);
+    EXPECT_EQ(out.usage, Usage::columnwise);
+    EXPECT_EQ(in.usage, Usage::columnwise);
+    EXPECT_FALSE(out.external);
+    EXPECT_TRUE(in.external);
+    EXPECT_EQ(out.scale, a.tensor(a.io.y_fp8).scale);
+    EXPECT_EQ(in.scale, b.tensor(b.io.x_fp8).scale);
+    EXPECT_EQ(in.dims[0].local, out.dims[0].local);
+    EXPECT_EQ(in.dims[1].local, out.dims[1].local);
+    EXPECT_EQ(steps_of(b, StepKind::transpose), 0u) << "the consumer transposes nothing";
+    EXPECT_EQ(wgrad->b, b.io.x_fp8_col);
+  };
+  const std::string column_row =
+      "recipe d = delayed\n"
+      "layer a = linear { in = 128 out = 256 output = fp8 recipe = d layout = { tensor_parallel "
+      "= 2 } column }\n"
+      "layer b = linear { input = a out = 128 recipe = d layout = { tensor_parallel = 2 } row }\n";
+  const std::string row_column =
+      "recipe d = delayed\n"
+      "layer a = linear { in = 128 out = 256 output = fp8 recipe = d layout = { tensor_parallel "
+      "= 2 sequence_parallel = true } row }\n"
+      "layer b = linear { input = a out = 128 recipe = d layout = { tensor_parallel = 2 "
+      "sequence_parallel = true } column }\n";
+  check(column_row, 2, true);
+  check(column_row, 1, true);
+  check(row_column, 2, false);
+  check(row_column, 1, true);
+}
+
 // A Spec made in code may hold any ElemType where the language allows only a
 // subset; the planner refuses it, naming the value.
 TEST(Planner, ElementTypesOutsideTheirSubsetAreRefused) {

@@ -340,6 +340,10 @@ GemmArgs executor_args(const LayerPlan& lp, const GemmStep& g, const GemmCall& c
   }
   if (e.out_scale != kNoTensor) args.d_scale = 0x60000;
   if (e.out_amax != kNoTensor) args.d_amax = 0x70000;
+  if (c.columnwise_output) {  // a chained consumer's columnwise input, as D^T
+    args.d_t = 0x80000;
+    args.ld_dt = static_cast<std::int64_t>(out.dims[0].local);
+  }
   if (c.activation_after) {  // the GEMM writes z; a kernel makes y
     args.d_type = args.aux_type;
     args.ldd = args.ld_aux;
@@ -430,6 +434,42 @@ void for_each_lowered_gemm(std::optional<GemmBackend> backend,
             }
         }
       }
+  }
+}
+
+// A GEMM whose plan step writes a chained consumer's columnwise input
+// (OutputEpilogue::out_columnwise) writes it as D^T on the generated GEMM
+// and by a transpose launched after the GEMM on cuBLASLt, over every spec
+// and both backends: never both, never neither.
+TEST(ExecutorLogic, AChainsColumnwiseInputIsWrittenOnceByEitherBackend) {
+  for (GemmBackend backend : {GemmBackend::generated, GemmBackend::cublaslt}) {
+    int fused = 0, transposed = 0;
+    for_each_lowered_gemm(backend, [&](const LoweredGemm& x) {
+      int after = 0;
+      bool gemm_seen = false, transpose_before_gemm = false;
+      for (const auto& a : x.lowered_step.actions) {
+        if (std::holds_alternative<GemmCall>(a)) gemm_seen = true;
+        if (const auto* k = std::get_if<KernelLaunch>(&a);
+            k && k->role == LaunchRole::transpose_output) {
+          ++after;
+          transpose_before_gemm = transpose_before_gemm || !gemm_seen;
+        }
+      }
+      if (x.step.epilogue.out_columnwise == kNoTensor) {
+        EXPECT_FALSE(x.call.columnwise_output) << x.where;
+        EXPECT_EQ(after, 0) << x.where;
+        return;
+      }
+      EXPECT_EQ(x.step.role, GemmRole::fprop) << x.where;
+      EXPECT_EQ(x.call.columnwise_output ? 1 : 0, x.call.backend == "generated" ? 1 : 0) << x.where;
+      EXPECT_EQ(after, x.call.columnwise_output ? 0 : 1) << x.where;
+      EXPECT_FALSE(transpose_before_gemm) << x.where;
+      (x.call.columnwise_output ? fused : transposed) += 1;
+    });
+    if (backend == GemmBackend::generated)
+      EXPECT_GT(fused, 0) << "chain_fp8_output.fp8's column producer";
+    else
+      EXPECT_GT(transposed, 0);
   }
 }
 

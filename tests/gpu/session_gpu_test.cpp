@@ -244,10 +244,12 @@ std::vector<float> download_floats(const runtime::DeviceBuffer& b, std::size_t n
 // fc1's output amaxes. The middle step runs each layer on a caller stream of
 // its own and is not waited for: the session orders the hand-over (fc2's
 // forward after fc1's) and the next step's fc1 forward after fc2's update.
-TEST(Session, Fp8ChainMatchesTheCpuChain) {
-  REQUIRE_GPU();
+// fc1's GEMM also writes fc2's columnwise input (x.fp8.col, which fc2's
+// wgrad reads): as D^T beside D on the generated GEMM, by a transpose after
+// cuBLASLt's; fc2's dw checks those bytes.
+void expect_fp8_chain_matches_cpu_chain(const std::string& name, const std::string& text) {
   const std::int64_t T = 128;
-  Session s(write_spec("chain", kFp8Chain), options_for(T));
+  Session s(write_spec(name, text), options_for(T));
   const Layer& l1 = s.spec().layers[0];
   const Layer& l2 = s.spec().layers[1];
   ASSERT_EQ(s.dtype("fc1", "y"), DType::e4m3);
@@ -318,6 +320,23 @@ TEST(Session, Fp8ChainMatchesTheCpuChain) {
     EXPECT_NEAR(got.scale, want.scale, 1e-2 * want.scale);
     scale = want.scale;
   }
+}
+
+TEST(Session, Fp8ChainMatchesTheCpuChain) {
+  REQUIRE_GPU();
+  expect_fp8_chain_matches_cpu_chain("chain", kFp8Chain);
+}
+
+TEST(Session, Fp8ChainOnTheGeneratedGemmMatchesTheCpuChain) {
+  REQUIRE_GPU();
+  // Both layers' FP8 GEMMs on the generated GEMM.
+  std::string text = kFp8Chain;
+  const std::string from = "recipe = r }", to = "recipe = r  gemm = generated }";
+  for (auto at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+  ASSERT_NE(text.find("fc2 = linear { input = fc1  out = 256  bias = true  " + to),
+            std::string::npos);
+  expect_fp8_chain_matches_cpu_chain("chain_generated", text);
 }
 
 // The generated GEMM's configurations are compiled when the session starts
