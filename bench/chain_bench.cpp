@@ -13,7 +13,11 @@
 //                 and fc2 quantizes it after an amax pass.
 //
 //   build/bench/chain_bench [--tokens M] [--hidden H] [--ffn F] [--iters N]
-//                           [--json FILE] [--commit SHA]
+//                           [--gemm auto|cublaslt|generated] [--json FILE] [--commit SHA]
+//
+// --gemm sets both layers' `gemm =` (default: the spec's default, auto).
+// Under delayed_fp8 fc1's GEMM also writes fc2's columnwise input: D^T on
+// the generated GEMM, a transpose after cuBLASLt's.
 //
 // Per case: the median step time over N steps (after 3 warm-up steps), two
 // sets of inputs used in turn so that no step finds the last one's in L2.
@@ -45,13 +49,15 @@ struct Case {
   bool fp8_output;
 };
 
-std::string mlp_spec(const Case& c, std::uint64_t hidden, std::uint64_t ffn) {
+std::string mlp_spec(const Case& c, std::uint64_t hidden, std::uint64_t ffn,
+                     const std::string& gemm) {
+  const std::string backend = gemm.empty() ? "" : "  gemm = " + gemm;
   return "recipe r = " + c.recipe + (c.recipe == "delayed" ? " { history = 16 }" : " { }") +
          "\nlayer fc1 = linear { in = " + std::to_string(hidden) +
          "  out = " + std::to_string(ffn) + "  bias = true  activation = gelu" +
-         (c.fp8_output ? "  output = fp8" : "") +
-         "  recipe = r }\nlayer fc2 = linear { input = fc1  out = " + std::to_string(hidden) +
-         "  bias = true  recipe = r }\n";
+         (c.fp8_output ? "  output = fp8" : "") + "  recipe = r" + backend +
+         " }\nlayer fc2 = linear { input = fc1  out = " + std::to_string(hidden) +
+         "  bias = true  recipe = r" + backend + " }\n";
 }
 
 DeviceTensor random_tensor(DType t, std::int64_t rows, std::int64_t cols, float range,
@@ -75,7 +81,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   std::uint64_t tokens = 8192, hidden = 4096, ffn = 16384;
   int iters = 20;
-  std::string json_path, commit = "unknown";
+  std::string json_path, commit = "unknown", gemm;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool value = i + 1 < argc;
@@ -91,10 +97,14 @@ int main(int argc, char** argv) {
       json_path = argv[++i];
     else if (a == "--commit" && value)
       commit = argv[++i];
+    else if (a == "--gemm" && value &&
+             (std::string(argv[i + 1]) == "auto" || std::string(argv[i + 1]) == "cublaslt" ||
+              std::string(argv[i + 1]) == "generated"))
+      gemm = argv[++i];
     else {
       std::fprintf(stderr,
                    "usage: chain_bench [--tokens M] [--hidden H] [--ffn F] [--iters N] "
-                   "[--json FILE] [--commit SHA]\n");
+                   "[--gemm auto|cublaslt|generated] [--json FILE] [--commit SHA]\n");
       return 2;
     }
   }
@@ -111,7 +121,7 @@ int main(int argc, char** argv) {
                                    {"current_bf16", "current", true}};
     for (const Case& c : all) {
       const auto path = std::filesystem::temp_directory_path() / ("fp8c_chain_" + c.name + ".fp8");
-      std::ofstream(path) << mlp_spec(c, hidden, ffn);
+      std::ofstream(path) << mlp_spec(c, hidden, ffn, gemm);
       SessionOptions o;
       o.tokens = tokens;
       Session s(path.string(), o);
@@ -167,7 +177,7 @@ int main(int argc, char** argv) {
     std::ostringstream json;
     json << "{\"benchmark\": \"chain\", \"commit\": \"" << commit << "\", \"gpu\": \""
          << device_name << "\", \"date\": \"" << date << "\", \"iters\": " << iters
-         << ", \"cases\": [\n"
+         << ", \"gemm\": \"" << (gemm.empty() ? "auto" : gemm) << "\", \"cases\": [\n"
          << cases.str() << "\n], \"fp8_over_bf16_step_time\": " << fp8_ms / bf16_ms << "}\n";
     if (!json_path.empty()) std::ofstream(json_path) << json.str();
     return 0;
