@@ -54,15 +54,27 @@ Scaling scaling_for(RecipeKind k, bool weight) {
 // FP8 output it hands its consumer (OutputEpilogue::out_columnwise), so that
 // the consumer's wgrad reads it instead of transposing the FP8 input itself:
 // where the producer's GEMM writes the output (column parallel, or one rank:
-// no reduction and epilogue step after it) and the consumer reads the tokens
-// as they are handed over (no gather before its wgrad). Both layers' planners
-// ask it, so the producer writes exactly what the consumer reads.
+// no reduction and epilogue step after it), the consumer reads the tokens
+// as they are handed over (no gather before its wgrad), and each rank's
+// output is that rank's input as it is (a plan forced to other ranks than
+// the spec's can break that; the hand-over then fails as it did before, and
+// the consumer keeps its transpose). Both layers' planners ask it, so the
+// producer writes exactly what the consumer reads.
 bool chain_hands_columnwise(const Layer& producer, std::uint32_t producer_ranks,
                             const Layer& consumer, std::uint32_t consumer_ranks) {
-  const bool gemm_writes_output = producer.mode == ParallelMode::column || producer_ranks == 1;
+  const bool column = producer.mode == ParallelMode::column;
+  const bool gemm_writes_output = column || producer_ranks == 1;
   const bool consumer_gathers = consumer.mode == ParallelMode::column &&
                                 consumer.layout.sequence_parallel && consumer_ranks > 1;
-  return gemm_writes_output && !consumer_gathers;
+  // The GEMM's output holds every token; its columns are `out`, split over
+  // a column producer's ranks. The consumer's input columns are `in`, split
+  // over a row consumer's ranks.
+  const std::uint64_t out_cols =
+      column && producer_ranks > 1 ? producer.out / producer_ranks : producer.out;
+  const std::uint64_t in_cols = consumer.mode == ParallelMode::row && consumer_ranks > 1
+                                    ? consumer.in / consumer_ranks
+                                    : consumer.in;
+  return gemm_writes_output && !consumer_gathers && out_cols == in_cols;
 }
 
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {

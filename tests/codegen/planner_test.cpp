@@ -459,6 +459,11 @@ TEST(Planner, DelayedConsumerTakesChainedFp8Output) {
 // consumer that gathers its input keep the consumer's transpose.
 TEST(Planner, ChainedProducerWritesTheConsumersColumnwiseInput) {
   const auto steps_of = [](const LayerPlan& l, StepKind k) { return all_steps_of(l, k).size(); };
+  const auto gemm_of = [](const LayerPlan& l, GemmRole role) -> const GemmStep* {
+    for (const Step* s : all_steps_of(l, StepKind::gemm))
+      if (s->as<GemmStep>()->role == role) return s->as<GemmStep>();
+    return nullptr;
+  };
   const auto check = [&](const std::string& text, std::uint32_t ranks, bool fused) {
     SCOPED_TRACE(text + " at " + std::to_string(ranks) + " ranks");
     PlanOptions o;
@@ -468,9 +473,7 @@ TEST(Planner, ChainedProducerWritesTheConsumersColumnwiseInput) {
     const LayerPlan& b = plan.layers[1];
     ASSERT_NE(a.io.y_fp8, kNoTensor);
     ASSERT_NE(b.io.x_fp8, kNoTensor);
-    const GemmStep* wgrad = nullptr;
-    for (const Step* s : all_steps_of(b, StepKind::gemm))
-      if (s->as<GemmStep>()->role == GemmRole::wgrad) wgrad = s->as<GemmStep>();
+    const GemmStep* wgrad = gemm_of(b, GemmRole::wgrad);
     ASSERT_NE(wgrad, nullptr);
     if (!fused) {
       EXPECT_EQ(a.io.y_fp8_col, kNoTensor);
@@ -480,9 +483,7 @@ TEST(Planner, ChainedProducerWritesTheConsumersColumnwiseInput) {
     }
     ASSERT_NE(a.io.y_fp8_col, kNoTensor);
     ASSERT_NE(b.io.x_fp8_col, kNoTensor);
-    const GemmStep* fprop = nullptr;
-    for (const Step* s : all_steps_of(a, StepKind::gemm))
-      if (s->as<GemmStep>()->role == GemmRole::fprop) fprop = s->as<GemmStep>();
+    const GemmStep* fprop = gemm_of(a, GemmRole::fprop);
     ASSERT_NE(fprop, nullptr);
     EXPECT_EQ(fprop->out, a.io.y_fp8);
     EXPECT_EQ(fprop->epilogue.out_columnwise, a.io.y_fp8_col);
@@ -514,6 +515,15 @@ TEST(Planner, ChainedProducerWritesTheConsumersColumnwiseInput) {
   check(column_row, 1, true);
   check(row_column, 2, false);
   check(row_column, 1, true);
+  // Two one-rank column layers forced onto 2 ranks: each rank's output
+  // (half of `out`) is not its consumer's input (all of `in`), so nothing
+  // is handed over as it is, and the plan stays valid.
+  const std::string one_rank =
+      "recipe d = delayed\n"
+      "layer a = linear { in = 128 out = 256 output = fp8 recipe = d }\n"
+      "layer b = linear { input = a out = 128 recipe = d }\n";
+  check(one_rank, 1, true);
+  check(one_rank, 2, false);
 }
 
 // A Spec made in code may hold any ElemType where the language allows only a
