@@ -205,6 +205,10 @@ std::vector<std::string> check_layer_plan(const LayerPlan& l) {
           errors.push_back(where(l, r) + ": " + col.name + " is not the columnwise copy of " +
                            out.name + " (per-tensor FP8, same type, scale and dims)");
       }
+    } else if (const auto* e = s.as<EpilogueStep>(); e && e->epilogue.out_columnwise != kNoTensor) {
+      // Its kernel writes rows: a columnwise copy would be left unwritten.
+      errors.push_back(where(l, r) + ": an epilogue step writes no columnwise copy (" +
+                       l.tensor(e->epilogue.out_columnwise).name + "); only a GEMM does");
     } else if (const auto* g = s.as<AllGatherStep>()) {
       if (l.ranks <= 1) errors.push_back(where(l, r) + ": all_gather on a single rank");
       check_gather_pair(l, r, g->dim, g->in, g->out, consumers, errors);

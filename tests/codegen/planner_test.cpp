@@ -526,6 +526,53 @@ TEST(Planner, ChainedProducerWritesTheConsumersColumnwiseInput) {
   check(one_rank, 2, false);
 }
 
+// The checker holds the columnwise hand-over to its form: the GEMM's copy
+// is the FP8 output transposed (per-tensor, same type, scale and dims), an
+// epilogue step cannot write one, and some layer reads it.
+TEST(PlanCheck, ChainedColumnwiseCopyIsChecked) {
+  const auto chain = [](const std::string& producer_layout, const std::string& consumer_layout) {
+    PlanOptions o;
+    o.ranks = 2;
+    return plan_spec(spec_text("recipe d = delayed\nlayer a = linear { in = 128 out = 256 "
+                               "output = fp8 recipe = d layout = " +
+                               producer_layout +
+                               " }\nlayer b = linear { input = a out = 128 recipe = d "
+                               "layout = " +
+                               consumer_layout + " }\n"),
+                     o);
+  };
+  const auto mentions = [](const std::vector<std::string>& errors, const std::string& what) {
+    for (const auto& e : errors)
+      if (e.find(what) != std::string::npos) return true;
+    return false;
+  };
+  const Plan good = chain("{ tensor_parallel = 2 } column", "{ tensor_parallel = 2 } row");
+  ASSERT_TRUE(check_plan(good).empty());
+  Plan bad = good;
+  LayerPlan& a = bad.layers[0];
+  a.tensors[static_cast<std::size_t>(a.io.y_fp8_col)].usage = Usage::rowwise;
+  EXPECT_TRUE(mentions(check_plan(bad), "a.y.fp8.col is not the columnwise copy of a.y.fp8.row"));
+  bad = good;
+  bad.layers[1].io.x_fp8_col = kNoTensor;
+  EXPECT_TRUE(mentions(check_plan(bad), "which no layer reads as its columnwise FP8 input"));
+  // A row producer's output comes from an epilogue step after the
+  // reduce-scatter, which writes no columnwise copy.
+  bad = chain("{ tensor_parallel = 2  sequence_parallel = true } row",
+              "{ tensor_parallel = 2  sequence_parallel = true } column");
+  LayerPlan& row = bad.layers[0];
+  for (Step& s : row.forward)
+    if (auto* e = s.as<EpilogueStep>()) {
+      Tensor c = row.tensor(e->out);
+      c.name = "a.y.fp8.col";
+      c.usage = Usage::columnwise;
+      c.id = static_cast<int>(row.tensors.size());
+      row.tensors.push_back(c);
+      e->epilogue.out_columnwise = c.id;
+    }
+  EXPECT_TRUE(
+      mentions(check_plan(bad), "an epilogue step writes no columnwise copy (a.y.fp8.col)"));
+}
+
 // A Spec made in code may hold any ElemType where the language allows only a
 // subset; the planner refuses it, naming the value.
 TEST(Planner, ElementTypesOutsideTheirSubsetAreRefused) {
