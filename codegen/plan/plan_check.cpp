@@ -255,20 +255,19 @@ std::vector<std::string> check_plan(const Plan& plan) {
   // A columnwise copy handed along a chain is some layer's columnwise input,
   // in the form its producer writes it (layer plans do not name their
   // neighbours: the shape and type must match).
+  // Extents only: the producer's "out" is the consumer's "in".
+  const auto extents = [](const Tensor& t) {
+    return std::array<std::uint64_t, 4>{t.dims[0].local, t.dims[0].global, t.dims[1].local,
+                                        t.dims[1].global};
+  };
   for (const auto& p : plan.layers) {
     if (p.io.y_fp8_col == kNoTensor) continue;
+    const Tensor& out = p.tensor(p.io.y_fp8_col);
     int readers = 0;
     for (const auto& c : plan.layers) {
       if (c.io.x_fp8_col == kNoTensor || c.io.x_fp8 == kNoTensor) continue;
       const Tensor& in = c.tensor(c.io.x_fp8_col);
-      const Tensor& out = p.tensor(p.io.y_fp8_col);
-      // Extents only: the producer's "out" is the consumer's "in".
-      const auto extents = [](const Tensor& t) {
-        return std::array<std::uint64_t, 4>{t.dims[0].local, t.dims[0].global, t.dims[1].local,
-                                            t.dims[1].global};
-      };
-      if (extents(in) != extents(out) || in.type != out.type) continue;
-      ++readers;
+      if (extents(in) == extents(out) && in.type == out.type) ++readers;
     }
     if (readers == 0)
       errors.push_back("layer '" + p.layer + "' writes " + p.tensor(p.io.y_fp8_col).name +

@@ -402,16 +402,25 @@ class LayerPlanner {
     return g.out;
   }
 
+  // The columnwise copy of per-tensor FP8 `row` (the same bytes transposed:
+  // same type, scale and dims), named `suffix` in this layer; external (with
+  // `note` saying who writes it) or made by a step of this layer.
+  int columnwise_copy(int row, const std::string& suffix, bool external, std::string note = {}) {
+    Tensor t = at(row);
+    t.name = name(suffix);
+    t.usage = Usage::columnwise;
+    t.external = external;
+    t.note = std::move(note);
+    return add(std::move(t));
+  }
+
   // `gathered`: the rowwise input is a gather's output (named so).
   int transpose(std::vector<Step>& pass, int row, bool gathered) {
-    Tensor t = at(row);
-    t.name = name(std::string(to_string(t.quantity))) + ".fp8.col" + (gathered ? ".gathered" : "");
-    t.usage = Usage::columnwise;
-    t.external = false;
-    t.note.clear();
     TransposeStep s;
     s.in = row;
-    s.out = add(std::move(t));
+    s.out = columnwise_copy(
+        row, std::string(to_string(at(row).quantity)) + ".fp8.col" + (gathered ? ".gathered" : ""),
+        false);
     pass.push_back({s});
     return s.out;
   }
@@ -499,11 +508,8 @@ class LayerPlanner {
       // Per-tensor: the columnwise copy is the transpose of the chained data,
       // which the producer's GEMM writes beside it where it can.
       if (G && columnwise_in_) {
-        Tensor c = at(xq);
-        c.name = name("x.fp8.col");
-        c.usage = Usage::columnwise;
-        c.note = "written by '" + layer_.input + "' GEMM beside " + at(xq).name;
-        x_col_ = add(c);
+        x_col_ = columnwise_copy(xq, "x.fp8.col", true,
+                                 "written by '" + layer_.input + "' GEMM beside " + at(xq).name);
         plan_.io.x_fp8_col = x_col_;
       } else if (G) {
         x_col_ = transpose(f, xq, false);
@@ -610,10 +616,7 @@ class LayerPlanner {
       plan_.io.y_scale = e.out_scale;
       plan_.io.y_amax = e.out_amax;
       if (columnwise) {
-        Tensor c = at(out);
-        c.name = name("y.fp8.col");
-        c.usage = Usage::columnwise;
-        e.out_columnwise = add(c);
+        e.out_columnwise = columnwise_copy(out, "y.fp8.col", false);
         plan_.io.y_fp8_col = e.out_columnwise;
       }
       return out;

@@ -195,13 +195,15 @@ std::vector<float> decode(const TensorStore& store, int id, bool apply_tensor_sc
   return out;
 }
 
+void transpose_bytes(std::span<const std::uint8_t> in, std::size_t rows, std::size_t cols,
+                     std::span<std::uint8_t> out) {
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
+}
+
 void transpose_fp8(TensorStore& store, int from, int to) {
   const Tensor& f = store.tensor(from);
-  const std::size_t rows = f.dims[0].local, cols = f.dims[1].local;
-  const auto src = store.bytes(from);
-  auto dst = store.bytes(to);
-  for (std::size_t r = 0; r < rows; ++r)
-    for (std::size_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
+  transpose_bytes(store.bytes(from), f.dims[0].local, f.dims[1].local, store.bytes(to));
   store.mark_written(to);
 }
 

@@ -36,4 +36,8 @@ std::vector<float> decode(const TensorStore& store, int id, bool apply_tensor_sc
 // Copies FP8 rowwise data of `from` into columnwise `to` (per-tensor only).
 void transpose_fp8(TensorStore& store, int from, int to);
 
+// out[c][r] = in[r][c] for a rows x cols matrix of bytes (FP8 codes).
+void transpose_bytes(std::span<const std::uint8_t> in, std::size_t rows, std::size_t cols,
+                     std::span<std::uint8_t> out);
+
 }  // namespace fp8c::cpu

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "codegen/plan/planner.hpp"
+#include "runtime/cpu/quantize.hpp"
 #include "runtime/cpu/reference.hpp"
 #include "runtime/cpu/verify_bounds.hpp"
 
@@ -419,13 +420,11 @@ void verify_chains(const Spec& spec, const Plan& plan_n, const Plan& plan_1,
           // Its columnwise copy, as the one-rank producer's GEMM would have
           // written it beside these bytes.
           const auto& d = b.one.tensor(b.one.io.x_fp8).dims;
-          const std::size_t rows = d[0].local, cols = d[1].local;
           Replacement rc;
           rc.when = Replacement::When::before_forward;
           rc.tensor = b.one.io.x_fp8_col;
           rc.bytes.resize(rx.bytes.size());
-          for (std::size_t r = 0; r < rows; ++r)
-            for (std::size_t c = 0; c < cols; ++c) rc.bytes[c * rows + r] = rx.bytes[r * cols + c];
+          transpose_bytes(rx.bytes, d[0].local, d[1].local, rc.bytes);
           replace[s].second.push_back(rc);
         }
         Replacement ra;
