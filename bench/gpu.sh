@@ -146,6 +146,13 @@ if [ "${FP8C_ONLY:-quantize}" = layer ] || [ -z "${FP8C_ONLY:-}" ]; then
   echo "== layer benchmark"
   timeout 240 "$build/bench/layer_bench" --json "$out/layer_fp8c.json"
   if [ "${FP8C_NO_PEERS:-0}" != 1 ]; then
+    # torchao's Float8Linear: the GPU machine has no network, so its wheel
+    # comes carried in .whl/ (gitignored; on the CPU machine: `mkdir -p .whl
+    # && cd .whl && pip download --no-deps torchao`, then carry ".whl").
+    # Without it the peers' record says torchao was not importable.
+    for wheel in .whl/torchao-*.whl; do
+      [ -f "$wheel" ] && python3 -m pip install --no-deps --quiet "$wheel" > "$out/torchao_install.log" 2>&1
+    done
     python3 bench/peers/layer_peers.py "$out/layer_peers.json" > "$out/layer_peers.log" 2>&1 || tail -5 "$out/layer_peers.log"
     python3 bench/merge_layer_results.py "$out/layer_fp8c.json" "$out/layer_peers.json" "$commit" "$out/layer.json"
   fi

@@ -3,7 +3,8 @@
 # linear layer forward + backward with per-tensor current scaling written the
 # usual way (amax, scale, cast, transpose, torch._scaled_mm), eager and
 # torch.compile'd; its three FP8 GEMMs alone; the bf16 layer; and torchao's
-# Float8Linear under torch.compile when torchao imports on this machine.
+# Float8Linear (tensorwise and rowwise recipes) under torch.compile when
+# torchao imports on this machine.
 # Medians of CUDA-event timings.
 #   python3 bench/peers/layer_peers.py OUT.json
 import json, statistics, sys, time
@@ -45,19 +46,18 @@ def bf16_layer(x, w, dy):
     return x @ w.t(), dy @ w, dy.t() @ x
 
 
-def torchao_step():
+def torchao_import():
     try:
-        from torchao.float8 import convert_to_float8_training
-    except Exception as e:  # no wheel on this machine
+        import torchao
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    except Exception as e:  # no wheel on this machine (bench/gpu.sh installs a carried one)
         return None, f"torchao not importable: {e.__class__.__name__}: {e}"
-    return convert_to_float8_training, None
+    return (convert_to_float8_training, Float8LinearConfig), torchao.__version__
 
 
 out_path = sys.argv[1] if len(sys.argv) > 1 else "layer_peers.json"
 res = {"torch": torch.__version__, "cases": {}}
-convert, torchao_note = torchao_step()
-if torchao_note:
-    res["torchao"] = torchao_note
+torchao, res["torchao"] = torchao_import()
 for (M, K, N) in [(16384, 8192, 8192), (16384, 8192, 28672), (8192, 4096, 4096)]:
     x = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
     w = torch.randn(N, K, device=dev, dtype=torch.bfloat16) * 0.02
@@ -77,18 +77,24 @@ for (M, K, N) in [(16384, 8192, 8192), (16384, 8192, 28672), (8192, 4096, 4096)]
     compiled(x, w, dy)
     row["torch_compile_ms"] = bench(lambda: compiled(x, w, dy))
     row["bf16_ms"] = bench(lambda: bf16_layer(x, w, dy))
-    if convert is not None:
-        try:
-            lin = torch.nn.Linear(K, N, bias=False, device=dev, dtype=torch.bfloat16)
-            model = torch.compile(convert(torch.nn.Sequential(lin)))
-            xi = x.clone().requires_grad_(True)
+    if torchao is not None:
+        # torchao's Float8Linear as ../shared/peers/torchao_layer.py measures
+        # it: an nn.Linear without bias converted with each recipe, forward +
+        # backward under torch.compile (its first call compiles).
+        convert, config = torchao
+        for recipe in ("tensorwise", "rowwise"):
+            try:
+                torch._dynamo.reset()
+                lin = torch.nn.Sequential(torch.nn.Linear(K, N, bias=False, device=dev, dtype=torch.bfloat16))
+                model = torch.compile(convert(lin, config=config.from_recipe_name(recipe)))
+                xi = x.clone().requires_grad_(True)
 
-            def ao_step():
-                y = model(xi)
-                y.backward(dy)
-            row["torchao_compile_ms"] = bench(ao_step)
-        except Exception as e:
-            row["torchao_error"] = f"{e.__class__.__name__}: {e}"[:300]
+                def ao_step():
+                    model(xi).backward(dy)
+                row[f"torchao_{recipe}_ms"] = bench(ao_step)
+                del model, lin, xi
+            except Exception as e:
+                row[f"torchao_{recipe}_error"] = f"{e.__class__.__name__}: {e}"[:300]
     res["cases"][f"{M}x{K}x{N}"] = row
     print(f"{M}x{K}x{N}: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
                                       for k, v in row.items()), flush=True)
