@@ -35,6 +35,8 @@ pack() {
   rm -rf "$out"
 }
 trap pack EXIT
+# A time limit (timeout sends TERM) still packs what was written.
+trap 'exit 143' TERM
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$out/gpu.txt"
 
 # Both test programs in gtest shards, all at once (runtime tests: 8 shards,
