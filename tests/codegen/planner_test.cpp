@@ -459,11 +459,6 @@ TEST(Planner, DelayedConsumerTakesChainedFp8Output) {
 // consumer that gathers its input keep the consumer's transpose.
 TEST(Planner, ChainedProducerWritesTheConsumersColumnwiseInput) {
   const auto steps_of = [](const LayerPlan& l, StepKind k) { return all_steps_of(l, k).size(); };
-  const auto gemm_of = [](const LayerPlan& l, GemmRole role) -> const GemmStep* {
-    for (const Step* s : all_steps_of(l, StepKind::gemm))
-      if (s->as<GemmStep>()->role == role) return s->as<GemmStep>();
-    return nullptr;
-  };
   const auto check = [&](const std::string& text, std::uint32_t ranks, bool fused) {
     SCOPED_TRACE(text + " at " + std::to_string(ranks) + " ranks");
     PlanOptions o;
@@ -473,8 +468,7 @@ TEST(Planner, ChainedProducerWritesTheConsumersColumnwiseInput) {
     const LayerPlan& b = plan.layers[1];
     ASSERT_NE(a.io.y_fp8, kNoTensor);
     ASSERT_NE(b.io.x_fp8, kNoTensor);
-    const GemmStep* wgrad = gemm_of(b, GemmRole::wgrad);
-    ASSERT_NE(wgrad, nullptr);
+    const GemmStep& wgrad = gemm_of(b, GemmRole::wgrad);
     if (!fused) {
       EXPECT_EQ(a.io.y_fp8_col, kNoTensor);
       EXPECT_EQ(b.io.x_fp8_col, kNoTensor);
@@ -483,10 +477,9 @@ TEST(Planner, ChainedProducerWritesTheConsumersColumnwiseInput) {
     }
     ASSERT_NE(a.io.y_fp8_col, kNoTensor);
     ASSERT_NE(b.io.x_fp8_col, kNoTensor);
-    const GemmStep* fprop = gemm_of(a, GemmRole::fprop);
-    ASSERT_NE(fprop, nullptr);
-    EXPECT_EQ(fprop->out, a.io.y_fp8);
-    EXPECT_EQ(fprop->epilogue.out_columnwise, a.io.y_fp8_col);
+    const GemmStep& fprop = gemm_of(a, GemmRole::fprop);
+    EXPECT_EQ(fprop.out, a.io.y_fp8);
+    EXPECT_EQ(fprop.epilogue.out_columnwise, a.io.y_fp8_col);
     const Tensor& out = a.tensor(a.io.y_fp8_col);
     const Tensor& in = b.tensor(b.io.x_fp8_col);
     EXPECT_EQ(out.usage, Usage::columnwise);
@@ -498,7 +491,7 @@ TEST(Planner, ChainedProducerWritesTheConsumersColumnwiseInput) {
     EXPECT_EQ(in.dims[0].local, out.dims[0].local);
     EXPECT_EQ(in.dims[1].local, out.dims[1].local);
     EXPECT_EQ(steps_of(b, StepKind::transpose), 0u) << "the consumer transposes nothing";
-    EXPECT_EQ(wgrad->b, b.io.x_fp8_col);
+    EXPECT_EQ(wgrad.b, b.io.x_fp8_col);
   };
   const std::string column_row =
       "recipe d = delayed\n"
