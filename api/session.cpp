@@ -124,6 +124,11 @@ struct Session::Impl {
     LayerRun* fp8_consumer = nullptr;
     LayerRun* fp8_producer = nullptr;
     CUdeviceptr fp8_output = 0;  // the y of the last forward, when it is FP8
+    // Backward of such a chain, where the consumer's dgrad hands the
+    // producer FP8 dz (LayerIo::dx_fp8_col): the consumer's dx of this step
+    // (0 once the producer's backward took it).
+    bool hands_dz = false;
+    CUdeviceptr fp8_dx = 0;
     // The FP8 weight cache: the version and address the kept FP8 weight
     // was cast from (version 0: nothing kept), and under
     // check_weight_cache the digest of the bytes cast.
@@ -216,6 +221,38 @@ struct Session::Impl {
           "' disagree on who makes the columnwise copy of the FP8 hand-over");
     if (out.y_fp8_col != kNoTensor)
       producer.exec->bind(out.y_fp8_col, consumer->exec->address(in.x_fp8_col));
+    // Backward: the consumer's dgrad epilogue writes the producer's dz with
+    // the producer's scale, into its amax, columnwise copy and dbias, from
+    // its z (what the CPU chain hands over: RankExecutor::hand_dx_to).
+    if ((in.dx_fp8_col == kNoTensor) != (out.dy_fp8_col == kNoTensor) ||
+        (in.dx_db == kNoTensor) != (out.dy_db == kNoTensor) ||
+        (in.dx_dact_input != kNoTensor && out.z == kNoTensor))
+      throw runtime::ExecutorError("gpu executor: layers '" + producer.layer->name + "' and '" +
+                                   consumer->layer->name +
+                                   "' disagree on who makes the FP8 gradient");
+    if (in.dx_fp8_col != kNoTensor) {
+      // Each bound pair has the same extents and type on both sides.
+      const auto check = [&](int from, int to) {
+        const Tensor& a = consumer->plan->tensor(from);
+        const Tensor& b = producer.plan->tensor(to);
+        if (a.type != b.type || a.dims[0].local != b.dims[0].local ||
+            a.dims[1].local != b.dims[1].local)
+          throw runtime::ExecutorError("gpu executor: " + a.name + " does not fit " + b.name +
+                                       " (extents or type differ)");
+      };
+      check(in.dx, out.dy);
+      check(in.dx_fp8_col, out.dy_fp8_col);
+      if (in.dx_dact_input != kNoTensor) check(in.dx_dact_input, out.z);
+      if (in.dx_db != kNoTensor) check(in.dx_db, out.dy_db);
+      const int dz_scale = producer.plan->tensor(out.dy).scale;
+      consumer->exec->bind_scale(in.dx_scale, producer.exec->scale_pair(dz_scale));
+      consumer->exec->bind(in.dx_amax, producer.exec->address(out.dy_amax));
+      consumer->exec->bind(in.dx_fp8_col, producer.exec->address(out.dy_fp8_col));
+      if (in.dx_dact_input != kNoTensor)
+        consumer->exec->bind(in.dx_dact_input, producer.exec->address(out.z));
+      if (in.dx_db != kNoTensor) consumer->exec->bind(in.dx_db, producer.exec->address(out.dy_db));
+      consumer->hands_dz = true;
+    }
     producer.fp8_consumer = consumer;
     consumer->fp8_producer = &producer;
   }
@@ -431,6 +468,9 @@ void Session::forward(const std::string& name, const LayerInputs& in, const Tens
   run.forward_stream = s;
   run.forward_done = true;
   run.fp8_output = run.fp8_consumer ? reinterpret_cast<CUdeviceptr>(y.data) : 0;
+  // A dz its consumer handed over before this forward belongs to an earlier
+  // step: this step's backward takes only the one written after it.
+  if (run.fp8_consumer && run.fp8_consumer->hands_dz) run.fp8_consumer->fp8_dx = 0;
 }
 
 void Session::backward(const std::string& name, const TensorRef& dy, const LayerGrads& out,
@@ -440,11 +480,30 @@ void Session::backward(const std::string& name, const TensorRef& dy, const Layer
     throw SessionError("fp8c: backward of layer '" + name + "' without its forward");
   impl_->device.make_current();
   const LayerIo& io = run.plan->io;
+  const CUstream s = stream ? static_cast<CUstream>(stream) : impl_->stream.get();
+  Impl::LayerRun* consumer = run.fp8_consumer;
+  if (consumer && consumer->hands_dz) {
+    // dy is the FP8 dz the consumer's backward wrote in this step.
+    const std::string from = consumer->layer->name;
+    if (consumer->fp8_dx == 0)
+      throw SessionError("fp8c: layer '" + name + "' takes its gradient in FP8 from '" + from +
+                         "': run '" + from + "' backward first, in the same step");
+    if (reinterpret_cast<CUdeviceptr>(dy.data) != consumer->fp8_dx)
+      throw SessionError("fp8c: layer '" + name +
+                         "': output gradient dy must be the FP8 input gradient dx that '" + from +
+                         "' backward wrote in this step (its amax and bias gradient come with it)");
+  }
   impl_->bind(run, io.dy, dy, "output gradient dy");
   impl_->bind(run, io.dx, out.dx, "input gradient dx");
   impl_->bind(run, io.dw, out.dw, "weight gradient dw");
   if (run.layer->bias) impl_->bind(run, io.db, out.dbias, "bias gradient");
-  const CUstream s = stream ? static_cast<CUstream>(stream) : impl_->stream.get();
+  if (consumer && consumer->hands_dz && s != consumer->update_stream)
+    FP8C_CU(runtime::driver().cuStreamWaitEvent(s, consumer->update_end->get(), 0));
+  if (run.hands_dz && run.fp8_producer && run.fp8_producer->update_end &&
+      s != run.fp8_producer->update_stream)
+    // The dgrad epilogue reads the producer's gradient scale, which its last
+    // update wrote, and writes the amax that update read.
+    FP8C_CU(runtime::driver().cuStreamWaitEvent(s, run.fp8_producer->update_end->get(), 0));
   // Backward reads what forward saved (z, the FP8 copies): on another
   // stream it waits for forward's end.
   if (s != run.forward_stream)
@@ -452,9 +511,11 @@ void Session::backward(const std::string& name, const TensorRef& dy, const Layer
   run.exec->set_stream(s);
   run.forward_done = false;
   impl_->step(name, [&] { run.exec->backward_and_update(); });
+  if (consumer && consumer->hands_dz) consumer->fp8_dx = 0;  // taken
   if (!run.update_end) run.update_end = std::make_unique<runtime::Event>();
   run.update_end->record(s);
   run.update_stream = s;
+  if (run.hands_dz) run.fp8_dx = reinterpret_cast<CUdeviceptr>(out.dx.data);
 }
 
 void Session::synchronize() {

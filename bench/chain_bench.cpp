@@ -137,7 +137,8 @@ int main(int argc, char** argv) {
                    b1 = random_tensor(DType::bf16, F, 1, 0.02f, 2),
                    w2 = random_tensor(DType::bf16, H, F, 0.02f, 3),
                    b2 = random_tensor(DType::bf16, H, 1, 0.02f, 4);
-      DeviceTensor h(hand, T, F), y(DType::bf16, T, H), dh(DType::bf16, T, F),
+      // fc2's dx: fc1's FP8 dz where fc2's dgrad hands it over.
+      DeviceTensor h(hand, T, F), y(DType::bf16, T, H), dh(s.dtype("fc2", "dx"), T, F),
           dx(DType::bf16, T, H), dw1(DType::fp32, F, H), db1(DType::bf16, F, 1),
           dw2(DType::fp32, H, F), db2(DType::bf16, H, 1);
       const auto step = [&](int i) {

@@ -420,7 +420,8 @@ class Lowering {
     // What cuBLASLt writes: the pre-activation where a kernel applies the
     // activation after it (relu, silu), else the output.
     const bool after = e.activation == Activation::relu || e.activation == Activation::silu;
-    const ElemType d = t(after && e.pre_activation != kNoTensor ? e.pre_activation : g.out).type;
+    ElemType d = t(after && e.pre_activation != kNoTensor ? e.pre_activation : g.out).type;
+    if (handed_gradient(g)) d = handed_staging_type(g);  // the quantize kernel makes dz after it
     if (d == ElemType::e5m2 && a.type != ElemType::e5m2 && b.type != ElemType::e5m2)
       return "writes e5m2 only from an e5m2 operand";
     if (e.bias != kNoTensor) {
@@ -566,6 +567,28 @@ class Lowering {
     const OutputEpilogue& e = g.epilogue;
     c.bias = e.bias != kNoTensor;
     c.fp8_output = e.out_scale != kNoTensor;
+    if (handed_gradient(g)) {
+      // The producer's dz: the GEMM writes high precision (the type of the
+      // z it is multiplied with), the quantize kernel the producer would
+      // have run makes dz from it (dact, amax, dbias, both usages).
+      c.fp8_output = false;
+      QuantizeKernel k;
+      k.input = handed_staging_type(g);
+      k.dact = e.dact;
+      k.format = t(g.out).type;
+      k.rowwise = true;
+      k.columnwise = e.out_columnwise != kNoTensor;
+      k.amax = true;
+      k.dbias = e.dbias != kNoTensor;
+      launch(l, LaunchRole::gradient_after_gemm, {k});
+      if (e.dbias != kNoTensor) dbias_reduce(l, e.dbias);
+      out_.staging.gemm_output =
+          std::max(out_.staging.gemm_output, t(g.out).elements() * element_bytes(k.input));
+      note_once(handed_gradient_note(g) + " by the quantize kernel after the " + c.backend +
+                " GEMM, which cannot fuse it");
+      place(l, g, c);
+      return;
+    }
     // cuBLASLt's block-scaled GEMM takes a bias epilogue only.
     const bool gelu_after = block_fp8 && e.activation == Activation::gelu;
     if (e.activation == Activation::relu || e.activation == Activation::silu || gelu_after) {
@@ -624,14 +647,39 @@ class Lowering {
     c.fp8_output = e.out_scale != kNoTensor;
     c.activation = e.activation;
     c.columnwise_output = e.out_columnwise != kNoTensor;
+    c.dact = e.dact;
+    c.dbias = e.dbias != kNoTensor;
+    if (handed_gradient(g))
+      note_once(handed_gradient_note(g) + " in the generated GEMM's epilogue");
     if (c.columnwise_output)
       note_once(std::string(to_string(g.role)) + ": " + t(e.out_columnwise).name +
-                " (the consumer's columnwise input) written by the generated GEMM beside " +
-                t(g.out).name);
+                (handed_gradient(g) ? " (the producer's columnwise dz)"
+                                    : " (the consumer's columnwise input)") +
+                " written by the generated GEMM beside " + t(g.out).name);
     note_once(std::string(to_string(g.role)) + ": " + std::string(to_string(a.scaling)) + " x " +
               std::string(to_string(b.scaling)) +
               " operands in the generated GEMM, its epilogue fused");
     place(l, g, c);
+  }
+
+  // A dgrad that writes its producer's FP8 dz (chain_hands_dz).
+  bool handed_gradient(const GemmStep& g) const {
+    return g.role == GemmRole::dgrad && t(g.out).is_fp8();
+  }
+  // "dgrad: l.dx.fp8.row (the producer's dz, its dact and dbias)", for notes.
+  std::string handed_gradient_note(const GemmStep& g) const {
+    const OutputEpilogue& e = g.epilogue;
+    return std::string(to_string(g.role)) + ": " + t(g.out).name + " (the producer's dz" +
+           (e.dact != Activation::none ? ", its dact" : "") +
+           (e.dbias != kNoTensor ? " and dbias" : "") + ")";
+  }
+  // What cuBLASLt writes for such a dgrad: the high-precision type of the z
+  // its act' reads (the producer's), which the quantize kernel reads with it.
+  ElemType handed_staging_type(const GemmStep& g) const {
+    const OutputEpilogue& e = g.epilogue;
+    return e.dact_input != kNoTensor ? t(e.dact_input).type
+           : e.dbias != kNoTensor    ? t(e.dbias).type
+                                     : layer_.dtype;
   }
 
   // Segments, and the GEMM's place among the step's launches.
@@ -653,8 +701,10 @@ class Lowering {
     std::vector<LoweredAction> before, after;
     for (auto& action : l.actions) {
       const auto* k = std::get_if<KernelLaunch>(&action);
-      const bool finishes = k && (k->role == LaunchRole::activation_after_gemm ||
-                                  k->role == LaunchRole::transpose_output);
+      const bool finishes =
+          k && (k->role == LaunchRole::activation_after_gemm ||
+                k->role == LaunchRole::transpose_output ||
+                k->role == LaunchRole::gradient_after_gemm || k->role == LaunchRole::dbias_reduce);
       (finishes ? after : before).push_back(action);
     }
     before.push_back(c);
@@ -709,13 +759,19 @@ class Lowering {
     NanVerdict v;
     if (plan_.io.x_fp8 != kNoTensor && plan_.io.x_amax != kNoTensor)
       v.watched.push_back({plan_.io.x_amax, plan_.io.x_fp8});
-    for (const auto* pass : {&plan_.forward, &plan_.backward})
+    // In the order the amaxes are made, so that the first NaN named is the
+    // one made first: a NaN from forward also reaches the dz its consumer's
+    // dgrad epilogue hands over (before this layer's backward).
+    for (const auto* pass : {&plan_.forward, &plan_.backward}) {
+      if (pass == &plan_.backward && plan_.io.dy_amax != kNoTensor)
+        v.watched.push_back({plan_.io.dy_amax, plan_.io.dy});
       for (const Step& s : *pass) {
         if (const auto* q = s.as<QuantizeStep>(); q && q->amax != kNoTensor)
           v.watched.push_back({q->amax, q->src});
         if (const auto* a = s.as<AmaxStep>(); a && a->amax != kNoTensor)
           v.watched.push_back({a->amax, a->src});
       }
+    }
     if (v.watched.empty()) return;
     v.all_reduce = plan_.ranks > 1;
     out_.nan_verdict = std::move(v);
@@ -861,6 +917,8 @@ std::string_view to_string(LaunchRole r) {
       return "scale_layout_b";
     case LaunchRole::activation_after_gemm:
       return "activation_after_gemm";
+    case LaunchRole::gradient_after_gemm:
+      return "gradient_after_gemm";
     case LaunchRole::transpose_output:
       return "transpose_output";
     case LaunchRole::ring_sum:

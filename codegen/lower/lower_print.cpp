@@ -26,6 +26,8 @@ std::string describe(const GemmCall& g, std::uint32_t ranks) {
   if (g.fp8_output) s += ", FP8 output with amax";
   if (g.activation_after) s += ", writes the pre-activation";
   if (g.columnwise_output) s += ", and its columnwise copy";
+  if (g.dact != Activation::none) s += ", dact " + std::string(to_string(g.dact));
+  if (g.dbias) s += ", dbias";
   if (g.segments > 1) s += ", " + std::to_string(g.segments) + " K segments (accumulating)";
   if (g.pad_scales_a || g.pad_scales_b)
     s += std::string(", 128x128 scales of ") + (g.pad_scales_a ? "A" : "B") + " padded";
@@ -114,6 +116,9 @@ std::string print_lowered(const Plan& plan, const LoweredPlan& lowered) {
       o << "  staging: dz (fp32) " << l.staging.dz_fp32 << " B, dequantized operands "
         << l.staging.dequantized << " B, block scales as cuBLASLt reads them "
         << l.staging.block_scales << " B\n";
+    if (l.staging.gemm_output)
+      o << "  staging: a dgrad's output before the producer's dz is made from it "
+        << l.staging.gemm_output << " B\n";
     if (l.staging.ring_sums)
       o << "  staging: ring running sums (fp32, received + sent) " << l.staging.ring_sums << " B\n";
     o << "  kernels: " << l.kernels.size() << "\n";

@@ -45,6 +45,10 @@ enum class LaunchRole {
                           // cannot write it (cuBLASLt): OutputEpilogue::out_columnwise
   ring_sum,               // overlap = ring, scatter_rows: a chunk's partial added to the
                           // running sum that arrived (ring.hpp)
+  gradient_after_gemm,    // a dgrad's FP8 dz for its producer (OutputEpilogue::dact, dbias),
+                          // after a GEMM that cannot fuse it (cuBLASLt): the quantize
+                          // kernel with dact, amax, dbias and both usages, reading the
+                          // GEMM's high-precision output from staging
 };
 
 struct KernelLaunch {
@@ -77,6 +81,11 @@ struct GemmCall {
   // (OutputEpilogue::out_columnwise): the generated GEMM writes it beside
   // the output (D^T); after cuBLASLt a transpose_output launch makes it.
   bool columnwise_output = false;
+  // The backward epilogue of a dgrad handing its producer FP8 dz
+  // (OutputEpilogue::dact, dbias): fused in the generated GEMM; cuBLASLt
+  // writes high precision to staging and gradient_after_gemm makes dz.
+  Activation dact = Activation::none;
+  bool dbias = false;
   // A segmented operand is read one rank segment at a time, `segments`
   // accumulating calls (segments > 1).
   std::uint32_t segments = 1;
@@ -147,6 +156,8 @@ struct StagingSizes {
   // overlap = ring, scatter_rows: the running sum received and the one
   // sent, fp32, of the largest rank chunk.
   std::uint64_t ring_sums = 0;
+  // gradient_after_gemm's input: the largest such GEMM's output.
+  std::uint64_t gemm_output = 0;
 };
 
 // Under `nan = error`, the verdict each step takes on the device after

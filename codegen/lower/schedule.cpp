@@ -6,7 +6,8 @@ namespace fp8c {
 namespace {
 
 // The executor's scratch buffers a step uses, as pseudo-tensors (negative
-// ids): the dbias tile partials, dz staged in fp32. Two steps that use the
+// ids): the dbias tile partials (or a generated GEMM's dbias workspace), dz
+// staged in fp32. Two steps that use the
 // same one are ordered like a write after a write. (A GEMM's staging, its
 // dequantized operands and re-laid block scales, is the GEMMs' alone, and
 // they all run on the main stream, one after another.)
@@ -17,6 +18,8 @@ std::vector<int> scratch_of(const LoweredStep& l) {
       if (k->role == LaunchRole::dbias_reduce) v.push_back(-1);
       if (k->role == LaunchRole::dact_to_staging) v.push_back(-2);
     }
+    // The generated GEMM's dbias takes the partials' scratch as its workspace.
+    if (const auto* c = std::get_if<GemmCall>(&a); c && c->dbias) v.push_back(-1);
   }
   return v;
 }

@@ -26,62 +26,63 @@ std::uint64_t Tensor::bytes() const {
 // per kind; unset operands (kNoTensor) are included.
 std::vector<int*> Step::refs(bool inputs) {
   std::vector<int*> in, out;
-  std::visit(Overloaded{
-                 [&](AmaxStep& s) {
-                   in = {&s.src, &s.pre_activation};
-                   out = {&s.amax};
-                 },
-                 [&](AmaxAllReduceStep& s) {
-                   in = {&s.in};
-                   out = {&s.out};
-                 },
-                 [&](QuantizeStep& s) {
-                   in = {&s.src, &s.pre_activation, &s.scale, &s.amax_in};
-                   out = {&s.rowwise,   &s.columnwise, &s.rowwise_scales, &s.columnwise_scales,
-                          &s.scale_out, &s.amax,       &s.dbias};
-                 },
-                 [&](TransposeStep& s) {
-                   in = {&s.in};
-                   out = {&s.out};
-                 },
-                 [&](AllGatherStep& s) {
-                   in = {&s.in, &s.scales_in};
-                   out = {&s.out, &s.scales_out};
-                 },
-                 [&](PermuteStep& s) {
-                   in = {&s.in, &s.scales_in};
-                   out = {&s.out, &s.scales_out};
-                 },
-                 [&](ReduceScatterStep& s) {
-                   in = {&s.in};
-                   out = {&s.out};
-                 },
-                 [&](AllReduceStep& s) {
-                   in = {&s.in};
-                   out = {&s.out};
-                 },
-                 [&](GemmStep& s) {
-                   in = {&s.a, &s.b, &s.epilogue.bias, &s.epilogue.out_scale};
-                   out = {&s.out, &s.epilogue.pre_activation, &s.epilogue.out_amax,
-                          &s.epilogue.out_columnwise};
-                 },
-                 [&](EpilogueStep& s) {
-                   in = {&s.in, &s.epilogue.bias, &s.epilogue.out_scale};
-                   out = {&s.out, &s.epilogue.pre_activation, &s.epilogue.out_amax,
-                          &s.epilogue.out_columnwise};
-                 },
-                 [&](GradEpilogueStep& s) {
-                   in = {&s.dy, &s.pre_activation};
-                   out = {&s.out, &s.dbias};
-                 },
-                 [&](ScaleUpdateStep& s) {
-                   for (auto& e : s.entries) {
-                     in.push_back(&e.amax);
-                     out.push_back(&e.next_scale);
-                   }
-                 },
-             },
-             op);
+  std::visit(
+      Overloaded{
+          [&](AmaxStep& s) {
+            in = {&s.src, &s.pre_activation};
+            out = {&s.amax};
+          },
+          [&](AmaxAllReduceStep& s) {
+            in = {&s.in};
+            out = {&s.out};
+          },
+          [&](QuantizeStep& s) {
+            in = {&s.src, &s.pre_activation, &s.scale, &s.amax_in};
+            out = {&s.rowwise,   &s.columnwise, &s.rowwise_scales, &s.columnwise_scales,
+                   &s.scale_out, &s.amax,       &s.dbias};
+          },
+          [&](TransposeStep& s) {
+            in = {&s.in};
+            out = {&s.out};
+          },
+          [&](AllGatherStep& s) {
+            in = {&s.in, &s.scales_in};
+            out = {&s.out, &s.scales_out};
+          },
+          [&](PermuteStep& s) {
+            in = {&s.in, &s.scales_in};
+            out = {&s.out, &s.scales_out};
+          },
+          [&](ReduceScatterStep& s) {
+            in = {&s.in};
+            out = {&s.out};
+          },
+          [&](AllReduceStep& s) {
+            in = {&s.in};
+            out = {&s.out};
+          },
+          [&](GemmStep& s) {
+            in = {&s.a, &s.b, &s.epilogue.bias, &s.epilogue.out_scale, &s.epilogue.dact_input};
+            out = {&s.out, &s.epilogue.pre_activation, &s.epilogue.out_amax,
+                   &s.epilogue.out_columnwise, &s.epilogue.dbias};
+          },
+          [&](EpilogueStep& s) {
+            in = {&s.in, &s.epilogue.bias, &s.epilogue.out_scale, &s.epilogue.dact_input};
+            out = {&s.out, &s.epilogue.pre_activation, &s.epilogue.out_amax,
+                   &s.epilogue.out_columnwise, &s.epilogue.dbias};
+          },
+          [&](GradEpilogueStep& s) {
+            in = {&s.dy, &s.pre_activation};
+            out = {&s.out, &s.dbias};
+          },
+          [&](ScaleUpdateStep& s) {
+            for (auto& e : s.entries) {
+              in.push_back(&e.amax);
+              out.push_back(&e.next_scale);
+            }
+          },
+      },
+      op);
   return inputs ? in : out;
 }
 

@@ -178,6 +178,10 @@ struct AllReduceStep {
 // What a layer's forward output goes through after its last sum: bias,
 // activation (saving its input z), and the store, FP8 with a chained
 // delayed-scaling consumer's scale plus the output's amax.
+// A chained consumer's dgrad uses it to hand its producer FP8 dz instead of
+// dx (chain_hands_dz in planner.cpp): dact with the producer's saved
+// pre-activation, the producer's dbias (column sums of dz), and the FP8
+// store with the producer's gradient scale, its amax and columnwise copy.
 struct OutputEpilogue {
   int bias = kNoTensor;
   Activation activation = Activation::none;
@@ -188,8 +192,14 @@ struct OutputEpilogue {
   // chained consumer's wgrad reads as its X: written beside the output so
   // that the consumer runs no transpose of its own.
   int out_columnwise = kNoTensor;
+  // Backward (a dgrad's): out = act'(dact_input) * the GEMM's result, and
+  // dbias its column sums (before the FP8 store's scaling).
+  Activation dact = Activation::none;
+  int dact_input = kNoTensor;  // the producer's z, read
+  int dbias = kNoTensor;       // the producer's bias gradient, written
   bool any() const {
-    return bias != kNoTensor || activation != Activation::none || out_scale != kNoTensor;
+    return bias != kNoTensor || activation != Activation::none || out_scale != kNoTensor ||
+           dact != Activation::none || dbias != kNoTensor;
   }
 };
 
@@ -204,7 +214,7 @@ struct GemmStep {
   bool high_precision = false;  // recipe none, or a debug fallback
   bool segmented_k = false;     // reads a segmented operand rank segment by segment
   bool accumulate = false;
-  OutputEpilogue epilogue;  // fprop only
+  OutputEpilogue epilogue;  // fprop; a chained consumer's dgrad (the producer's dz)
 };
 
 // A row layer's forward output epilogue, after its reduction.
@@ -299,14 +309,27 @@ struct LayerIo {
   int x_fp8_col = kNoTensor;  // its columnwise copy, where the producer writes one too
   int w = kNoTensor;
   int b = kNoTensor;
+  // The output gradient: high precision, or, where the consumer's dgrad
+  // hands it over (chain_hands_dz), the FP8 rowwise dz (dy without an
+  // activation) that epilogue wrote with this layer's scale, with:
   int dy = kNoTensor;
-  int y = kNoTensor;        // high-precision output (kNoTensor when written in FP8)
-  int y_fp8 = kNoTensor;    // FP8 output for the consumer
-  int y_scale = kNoTensor;  // the consumer's input scale the epilogue applies
+  int dy_fp8_col = kNoTensor;  // its columnwise copy
+  int dy_amax = kNoTensor;     // its amax (this layer's delayed entry)
+  int dy_db = kNoTensor;       // the bias gradient that epilogue summed (copied to db)
+  int y = kNoTensor;           // high-precision output (kNoTensor when written in FP8)
+  int y_fp8 = kNoTensor;       // FP8 output for the consumer
+  int y_scale = kNoTensor;     // the consumer's input scale the epilogue applies
   int y_amax = kNoTensor;
   int y_fp8_col = kNoTensor;  // y_fp8's columnwise copy, the consumer's x_fp8_col
   int z = kNoTensor;          // pre-activation saved for backward
+  // The input gradient: high precision, or, handed to a producer
+  // (chain_hands_dz), that producer's FP8 rowwise dz, with:
   int dx = kNoTensor;
+  int dx_scale = kNoTensor;       // the producer's gradient scale (bound to its state)
+  int dx_amax = kNoTensor;        // written: the producer's dy_amax
+  int dx_fp8_col = kNoTensor;     // written: the producer's dy_fp8_col
+  int dx_dact_input = kNoTensor;  // read: the producer's z
+  int dx_db = kNoTensor;          // written: the producer's dy_db
   int dw = kNoTensor;
   int db = kNoTensor;  // final (reduced) bias gradient
 };

@@ -205,10 +205,30 @@ std::vector<std::string> check_layer_plan(const LayerPlan& l) {
           errors.push_back(where(l, r) + ": " + col.name + " is not the columnwise copy of " +
                            out.name + " (per-tensor FP8, same type, scale and dims)");
       }
+      const OutputEpilogue& e = g->epilogue;
+      if (e.dact != Activation::none || e.dbias != kNoTensor) {
+        // The backward epilogue (a consumer's dgrad handing its producer
+        // dz): act' needs the z it reads, and the store is the producer's FP8.
+        if (g->role != GemmRole::dgrad || e.bias != kNoTensor || e.activation != Activation::none ||
+            e.pre_activation != kNoTensor)
+          errors.push_back(where(l, r) +
+                           ": dact / dbias belong to a dgrad's epilogue, with no bias or "
+                           "activation of its own");
+        if (!l.tensor(g->out).is_fp8() || e.out_scale == kNoTensor || e.out_amax == kNoTensor)
+          errors.push_back(where(l, r) + ": the handed dz is FP8 with its scale and amax");
+      }
+      if ((e.dact != Activation::none) != (e.dact_input != kNoTensor))
+        errors.push_back(where(l, r) +
+                         ": dact without the pre-activation it reads, or the "
+                         "reverse");
     } else if (const auto* e = s.as<EpilogueStep>(); e && e->epilogue.out_columnwise != kNoTensor) {
       // Its kernel writes rows: a columnwise copy would be left unwritten.
       errors.push_back(where(l, r) + ": an epilogue step writes no columnwise copy (" +
                        l.tensor(e->epilogue.out_columnwise).name + "); only a GEMM does");
+    } else if (e && (e->epilogue.dact != Activation::none || e->epilogue.dbias != kNoTensor)) {
+      errors.push_back(where(l, r) +
+                       ": an epilogue step applies no dact / dbias (a GEMM's or a grad "
+                       "epilogue step's do)");
     } else if (const auto* g = s.as<AllGatherStep>()) {
       if (l.ranks <= 1) errors.push_back(where(l, r) + ": all_gather on a single rank");
       check_gather_pair(l, r, g->dim, g->in, g->out, consumers, errors);
@@ -272,6 +292,35 @@ std::vector<std::string> check_plan(const Plan& plan) {
     if (readers == 0)
       errors.push_back("layer '" + p.layer + "' writes " + p.tensor(p.io.y_fp8_col).name +
                        ", which no layer reads as its columnwise FP8 input");
+  }
+  // FP8 dz handed from a consumer's dgrad to its producer: some layer takes
+  // it as its gradient, in the form it is written.
+  for (const auto& c : plan.layers) {
+    if (c.io.dx_fp8_col == kNoTensor) continue;
+    const Tensor& row = c.tensor(c.io.dx);
+    int readers = 0;
+    for (const auto& p : plan.layers) {
+      if (p.io.dy_fp8_col == kNoTensor) continue;
+      const Tensor& in = p.tensor(p.io.dy);
+      if (extents(in) == extents(row) && in.type == row.type &&
+          (p.io.dy_db == kNoTensor) == (c.io.dx_db == kNoTensor))
+        ++readers;
+    }
+    if (readers == 0)
+      errors.push_back("layer '" + c.layer + "' hands " + row.name +
+                       " to a producer, but no layer takes it as its FP8 gradient");
+  }
+  for (const auto& p : plan.layers) {
+    if (p.io.dy_fp8_col == kNoTensor) continue;
+    const Tensor& in = p.tensor(p.io.dy);
+    int writers = 0;
+    for (const auto& c : plan.layers)
+      if (c.io.dx_fp8_col != kNoTensor && extents(c.tensor(c.io.dx)) == extents(in) &&
+          c.tensor(c.io.dx).type == in.type)
+        ++writers;
+    if (writers == 0)
+      errors.push_back("layer '" + p.layer + "' takes " + in.name +
+                       " as its FP8 gradient, but no layer's dgrad writes it");
   }
   return errors;
 }

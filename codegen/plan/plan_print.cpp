@@ -27,8 +27,11 @@ void epilogue_view(StepView& v, const OutputEpilogue& e) {
   v.operands.push_back({"pre_activation", e.pre_activation});
   v.operands.push_back({"out_amax", e.out_amax});
   v.operands.push_back({"out_columnwise", e.out_columnwise});
+  v.operands.push_back({"dact_input", e.dact_input});
+  v.operands.push_back({"dbias", e.dbias});
   if (e.activation != Activation::none)
     v.attributes.push_back({"activation", std::string(to_string(e.activation))});
+  if (e.dact != Activation::none) v.attributes.push_back({"dact", std::string(to_string(e.dact))});
 }
 
 StepView view(const Step& step) {
@@ -222,7 +225,15 @@ std::vector<std::pair<const char*, int>> io_fields(const LayerIo& io) {
                                                         {"dw", io.dw},
                                                         {"db", io.db},
                                                         {"x_fp8_col", io.x_fp8_col},
-                                                        {"y_fp8_col", io.y_fp8_col}};
+                                                        {"y_fp8_col", io.y_fp8_col},
+                                                        {"dy_fp8_col", io.dy_fp8_col},
+                                                        {"dy_amax", io.dy_amax},
+                                                        {"dy_db", io.dy_db},
+                                                        {"dx_scale", io.dx_scale},
+                                                        {"dx_amax", io.dx_amax},
+                                                        {"dx_fp8_col", io.dx_fp8_col},
+                                                        {"dx_dact_input", io.dx_dact_input},
+                                                        {"dx_db", io.dx_db}};
   std::vector<std::pair<const char*, int>> set;
   for (const auto& f : all)
     if (f.second != kNoTensor) set.push_back(f);

@@ -77,6 +77,47 @@ bool chain_hands_columnwise(const Layer& producer, std::uint32_t producer_ranks,
   return gemm_writes_output && !consumer_gathers && out_cols == in_cols;
 }
 
+// Whether a chained consumer's dgrad hands its producer FP8 dz instead of
+// dx: its GEMM epilogue applies the producer's act' (from the producer's
+// saved z), sums the producer's dbias, and stores dz in FP8 with the
+// producer's gradient scale, its amax and its columnwise copy; the producer
+// quantizes nothing in backward. Where:
+// - the producer's recipe is delayed (dz's scale is known before the
+//   consumer's dgrad runs; a current or block scale comes from dz itself),
+//   and its dgrad and wgrad run in FP8 (no high-precision dz is needed);
+// - the consumer's dgrad runs in FP8 and writes dx itself (a row consumer,
+//   or one rank: a column consumer over several ranks writes a partial that
+//   a sum over the group completes first);
+// - the producer reads its gradient's rows as they are (no gather along
+//   tokens before its GEMMs: not a sequence-parallel row producer over
+//   several ranks), and the consumer's dx columns are the producer's dz
+//   columns on each rank.
+// Ranks are the ones the plans' blocks and decisions follow (a one-rank
+// plan on an N-rank grid decides as the N-rank plan does, so the oracle's
+// two runs have the same structure). Both layers' planners ask it.
+bool chain_hands_dz(const Layer& producer, std::uint32_t producer_ranks, const Layer& consumer,
+                    std::uint32_t consumer_ranks) {
+  const auto fallback = [](const Layer& l, GemmKind r) {
+    return std::count(l.debug.fallback.begin(), l.debug.fallback.end(), r) > 0;
+  };
+  // (A producer collecting debug statistics keeps its quantize of dz,
+  // which records them.)
+  if (producer.recipe.kind != RecipeKind::delayed || !consumer.recipe.is_fp8() ||
+      producer.debug.stats || fallback(producer, GemmKind::dgrad) ||
+      fallback(producer, GemmKind::wgrad) || fallback(consumer, GemmKind::dgrad))
+    return false;
+  const bool consumer_writes_dx = consumer.mode == ParallelMode::row || consumer_ranks == 1;
+  const bool producer_gathers =
+      producer.mode == ParallelMode::row && producer.layout.sequence_parallel && producer_ranks > 1;
+  const std::uint64_t dz_cols = producer.mode == ParallelMode::column && producer_ranks > 1
+                                    ? producer.out / producer_ranks
+                                    : producer.out;
+  const std::uint64_t dx_cols = consumer.mode == ParallelMode::row && consumer_ranks > 1
+                                    ? consumer.in / consumer_ranks
+                                    : consumer.in;
+  return consumer_writes_dx && !producer_gathers && dz_cols == dx_cols;
+}
+
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
   return (a + b - 1) / b;
 }
@@ -107,8 +148,11 @@ class LayerPlanner {
  public:
   // ranks_of: the tensor-parallel size of any layer of the spec (a chain's
   // two planners agree on what one hands the other).
+  // grid_of: the ranks a layer's decisions follow (its block grid's, for a
+  // one-rank plan on an N-rank grid).
   LayerPlanner(const Spec& spec, const Layer& layer, std::uint32_t ranks, std::uint64_t tokens,
-               std::uint32_t grid_ranks, const std::function<std::uint32_t(const Layer&)>& ranks_of)
+               std::uint32_t grid_ranks, const std::function<std::uint32_t(const Layer&)>& ranks_of,
+               const std::function<std::uint32_t(const Layer&)>& grid_of)
       : layer_(layer), R_(ranks), G_(grid_ranks), T_(tokens) {
     plan_.layer = layer.name;
     plan_.ranks = ranks;
@@ -138,6 +182,10 @@ class LayerPlanner {
         chained_in_ && chain_hands_columnwise(*producer, ranks_of(*producer), layer, R_);
     columnwise_out_ =
         consumer_ && chain_hands_columnwise(layer, R_, *consumer_, ranks_of(*consumer_));
+    const std::uint32_t grid = std::max(R_, G_);
+    if (chained_in_ && chain_hands_dz(*producer, grid_of(*producer), layer, grid))
+      dz_to_ = producer;
+    dz_in_ = consumer_ && chain_hands_dz(layer, grid, *consumer_, grid_of(*consumer_));
     if (layer.output_fp8 && !consumer_) {
       const std::string why = fp8_output_not_honoured(spec, layer);
       plan_.notes.push_back("output = fp8 is not honoured" + (why.empty() ? "" : ": " + why) +
@@ -652,11 +700,53 @@ class LayerPlanner {
 
   // --- backward ------------------------------------------------------------
 
+  // The gradient a consumer's dgrad epilogue hands over (chain_hands_dz):
+  // FP8 dz (dy without an activation), rowwise and columnwise, with this
+  // layer's delayed scale, its amax and the bias gradient, all written
+  // there. Returns the rowwise and columnwise tensors.
+  Quantized handed_gradient(std::vector<Step>& b, Quantity gq) {
+    const std::string base(to_string(gq));
+    const std::string by = "written by '" + consumer_->name + "' dgrad's epilogue";
+    DelayedTensor& d = delayed(gq, bwd_);
+    Tensor like;
+    like.dims = {tokens_out_, out_};
+    Quantized q;
+    q.row = fp8_tensor(gq, base, like, Usage::rowwise, bwd_, Scaling::per_tensor, d.scale);
+    at(q.row).external = true;
+    at(q.row).note = by;
+    q.col = columnwise_copy(q.row, base + ".fp8.col", true, by);
+    d.amax = scalar(gq, Form::amax, base + ".amax", true, by);
+    delayed_sharded_[delayed_index(gq)] = at(q.row).sharded() && R_ > 1;
+    plan_.io.dy = q.row;
+    plan_.io.dy_fp8_col = q.col;
+    plan_.io.dy_amax = d.amax;
+    if (layer_.bias) {
+      plan_.io.dy_db =
+          hp_tensor(Quantity::db, Form::value, "db.handed", out_, Dim{"1", 1, 1}, hp_, true, by);
+      EpilogueStep e;  // into the caller's buffer, bound at this layer's backward
+      e.in = plan_.io.dy_db;
+      e.out = dbias_ = hp_tensor(Quantity::db, Form::value, "db", out_, Dim{"1", 1, 1}, hp_);
+      b.push_back({e});
+    }
+    plan_.io.db = dbias_;
+    plan_.notes.push_back(std::string(act_ != Activation::none ? "dz (dact fused)" : "dy") +
+                          " arrives in FP8 from '" + consumer_->name +
+                          "' dgrad's epilogue, with its amax, columnwise copy" +
+                          (layer_.bias ? " and dbias" : ""));
+    return q;
+  }
+
   void backward() {
     auto& b = plan_.backward;
     const bool D = gemm_fp8(GemmRole::dgrad), G = gemm_fp8(GemmRole::wgrad);
     const bool act = act_ != Activation::none;
     const Quantity gq = act ? Quantity::dz : Quantity::dy;
+    if (dz_in_) {
+      const Quantized q = handed_gradient(b, gq);
+      dgrad(b, q.row, kNoTensor);
+      wgrad(b, q.col, kNoTensor);
+      return;
+    }
     dy_ = hp_tensor(Quantity::dy, Form::value, "dy", tokens_out_, out_, hp_, true,
                     "gradient of the output");
     plan_.io.dy = dy_;
@@ -746,38 +836,83 @@ class LayerPlanner {
           dy_col = all_gather(b, dy_col);
       }
     }
-    // dgrad: dX = dY W
-    {
-      GemmStep g;
-      g.role = GemmRole::dgrad;
-      g.high_precision = !D;
-      g.a = D ? dy_row : dz_hp;
-      g.b = D ? w_col_ : w_;
-      if (column_ && R_ > 1) {
-        const int partial = hp_tensor(Quantity::dx, Form::partial, "dx.partial", tokens_all_,
-                                      Dim{"in", layer_.in, layer_.in}, hp_);
-        g.out = partial;
-        b.push_back({g});
-        plan_.io.dx = hp_tensor(Quantity::dx, Form::value, "dx", tokens_in_, in_, hp_);
-        reduce_partials(b, partial, plan_.io.dx);
-      } else {
-        g.out = hp_tensor(Quantity::dx, Form::value, "dx", column_ ? tokens_in_ : tokens_all_, in_,
-                          hp_);
-        plan_.io.dx = g.out;
-        b.push_back({g});
-      }
-    }
-    // wgrad: dW = dY^T X, K = tokens.
-    {
-      GemmStep g;
-      g.role = GemmRole::wgrad;
-      g.high_precision = !G;
-      g.a = G ? k_operand(b, dy_col, g.segmented_k) : dz_hp;
-      g.b = wgrad_x(b, g.segmented_k);
-      g.out = hp_tensor(Quantity::dw, Form::value, "dw", out_, in_, ElemType::fp32);
-      plan_.io.dw = g.out;
+    dgrad(b, dy_row, dz_hp);
+    wgrad(b, dy_col, dz_hp);
+  }
+
+  // dgrad: dX = dY W, from FP8 dy_row or high-precision dz_hp.
+  void dgrad(std::vector<Step>& b, int dy_row, int dz_hp) {
+    const bool D = gemm_fp8(GemmRole::dgrad);
+    GemmStep g;
+    g.role = GemmRole::dgrad;
+    g.high_precision = !D;
+    g.a = D ? dy_row : dz_hp;
+    g.b = D ? w_col_ : w_;
+    if (column_ && R_ > 1) {
+      const int partial = hp_tensor(Quantity::dx, Form::partial, "dx.partial", tokens_all_,
+                                    Dim{"in", layer_.in, layer_.in}, hp_);
+      g.out = partial;
       b.push_back({g});
+      plan_.io.dx = hp_tensor(Quantity::dx, Form::value, "dx", tokens_in_, in_, hp_);
+      reduce_partials(b, partial, plan_.io.dx);
+      return;
     }
+    const Dim& rows = column_ ? tokens_in_ : tokens_all_;
+    if (dz_to_)
+      g.out = dz_for_producer(g.epilogue, rows);
+    else
+      g.out = hp_tensor(Quantity::dx, Form::value, "dx", rows, in_, hp_);
+    plan_.io.dx = g.out;
+    b.push_back({g});
+  }
+
+  // The producer's FP8 dz in place of dx (chain_hands_dz): the dgrad's
+  // epilogue applies the producer's act' to its saved z, sums its dbias,
+  // and stores with its gradient scale, amax and columnwise copy. The
+  // producer's tensors are bound to these by the caller (a Session, the CPU
+  // chain). Returns the rowwise dz.
+  int dz_for_producer(OutputEpilogue& e, const Dim& rows) {
+    const Layer& p = *dz_to_;
+    const std::string from = "'" + p.name + "'";
+    const ElemType p_hp = require_high_precision(p.dtype, "layer " + from + " dtype");
+    e.out_scale =
+        scalar(Quantity::dx, Form::scale, "dx.scale_inv", true, "gradient scale of " + from);
+    Tensor like;
+    like.dims = {rows, in_};
+    const int out = fp8_tensor(Quantity::dx, "dx", like, Usage::rowwise,
+                               require_fp8(p.recipe.backward, "layer " + from + " backward format"),
+                               Scaling::per_tensor, e.out_scale);
+    e.out_amax = scalar(Quantity::dx, Form::amax, "dx.amax");
+    e.out_columnwise = columnwise_copy(out, "dx.fp8.col", false);
+    if (p.activation != Activation::none) {
+      e.dact = p.activation;
+      e.dact_input = hp_tensor(Quantity::z, Form::value, "dx.pre_activation", rows, in_, p_hp, true,
+                               "pre-activation of " + from);
+    }
+    if (p.bias) e.dbias = hp_tensor(Quantity::db, Form::value, "dx.db", in_, Dim{"1", 1, 1}, p_hp);
+    plan_.io.dx_scale = e.out_scale;
+    plan_.io.dx_amax = e.out_amax;
+    plan_.io.dx_fp8_col = e.out_columnwise;
+    plan_.io.dx_dact_input = e.dact_input;
+    plan_.io.dx_db = e.dbias;
+    plan_.notes.push_back("dgrad hands " + from + " FP8 " +
+                          (p.activation != Activation::none ? "dz (its dact fused)" : "dy") +
+                          " instead of dx, with its amax, columnwise copy" +
+                          (p.bias ? " and dbias" : ""));
+    return out;
+  }
+
+  // wgrad: dW = dY^T X, K = tokens, from FP8 dy_col or high-precision dz_hp.
+  void wgrad(std::vector<Step>& b, int dy_col, int dz_hp) {
+    const bool G = gemm_fp8(GemmRole::wgrad);
+    GemmStep g;
+    g.role = GemmRole::wgrad;
+    g.high_precision = !G;
+    g.a = G ? k_operand(b, dy_col, g.segmented_k) : dz_hp;
+    g.b = wgrad_x(b, g.segmented_k);
+    g.out = hp_tensor(Quantity::dw, Form::value, "dw", out_, in_, ElemType::fp32);
+    plan_.io.dw = g.out;
+    b.push_back({g});
   }
 
   // X as wgrad reads it.
@@ -869,8 +1004,10 @@ class LayerPlanner {
   Dim tokens_in_, tokens_out_, tokens_all_, in_, out_;
   bool chained_in_ = false;
   const Layer* consumer_ = nullptr;
-  bool columnwise_in_ = false;   // the producer's GEMM writes x.fp8.col too
-  bool columnwise_out_ = false;  // this layer's GEMM writes y.fp8.col for its consumer
+  bool columnwise_in_ = false;    // the producer's GEMM writes x.fp8.col too
+  bool columnwise_out_ = false;   // this layer's GEMM writes y.fp8.col for its consumer
+  const Layer* dz_to_ = nullptr;  // the producer this layer's dgrad hands FP8 dz (chain_hands_dz)
+  bool dz_in_ = false;            // this layer's consumer hands it FP8 dz
   bool x_gathered_ = false;
   bool x_col_whole_ = false;  // X's columnwise copy was quantized from the gathered X
   int x_ = kNoTensor, w_ = kNoTensor, b_ = kNoTensor, z_ = kNoTensor, dy_ = kNoTensor;
@@ -919,7 +1056,17 @@ Plan plan_spec(const Spec& spec, const PlanOptions& options) {
     }
     plan.ranks = std::max(plan.ranks, r);
     const auto ranks_of = [&](const Layer& l) { return layer_ranks(l, options); };
-    plan.layers.push_back(LayerPlanner(spec, layer, r, options.tokens, grid, ranks_of).run());
+    const auto grid_of = [&](const Layer& l) {
+      std::uint32_t g = layer_ranks(l, options);
+      if (auto it = options.block_grid.find(l.name); it != options.block_grid.end()) {
+        PlanOptions at_grid = options;
+        at_grid.ranks = it->second;
+        g = std::max(g, layer_ranks(l, at_grid));
+      }
+      return g;
+    };
+    plan.layers.push_back(
+        LayerPlanner(spec, layer, r, options.tokens, grid, ranks_of, grid_of).run());
   }
   if (auto errors = check_plan(plan); !errors.empty()) {
     std::string message = "internal error: the planner produced an invalid plan:";

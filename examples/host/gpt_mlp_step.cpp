@@ -74,12 +74,15 @@ int main(int argc, char** argv) {
     auto x = tensor(DType::bf16, s.shape(fc1, "x"));
     auto w1 = tensor(DType::bf16, s.shape(fc1, "w"));
     auto b1 = tensor(DType::bf16, s.shape(fc1, "b"));
-    auto h = tensor(DType::bf16, s.shape(fc1, "y"));  // fc1's output, fc2's input
+    // fc1's output, fc2's input, and fc2's input gradient, fc1's output
+    // gradient: FP8 where the spec chains them (output = fp8 into a delayed
+    // fc2), so their types come from the session.
+    auto h = tensor(s.dtype(fc1, "y"), s.shape(fc1, "y"));
     auto w2 = tensor(DType::bf16, s.shape(fc2, "w"));
     auto b2 = tensor(DType::bf16, s.shape(fc2, "b"));
     auto y = tensor(DType::bf16, s.shape(fc2, "y"));
     auto dy = tensor(DType::bf16, s.shape(fc2, "dy"));
-    auto dh = tensor(DType::bf16, s.shape(fc2, "dx"));
+    auto dh = tensor(s.dtype(fc2, "dx"), s.shape(fc2, "dx"));
     auto dx = tensor(DType::bf16, s.shape(fc1, "dx"));
     auto dw1 = tensor(DType::fp32, s.shape(fc1, "dw"));
     auto dw2 = tensor(DType::fp32, s.shape(fc2, "dw"));

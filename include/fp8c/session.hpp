@@ -169,7 +169,13 @@ class Session {
   // buffer is free again once the consumer's forward is enqueued. Under
   // current scaling the plan writes y in high precision instead (the
   // producer cannot know a scale computed from the consumer's input): `fp8c
-  // plan` notes it.
+  // plan` notes it. Backward, where the plan has the consumer's dgrad hand
+  // the producer FP8 dz (docs/language.md, FP8 hand-over: a delayed
+  // producer, one rank or a row-parallel consumer), the consumer's dx is
+  // that dz (dtype(consumer, "dx"): the producer's backward format), and the
+  // producer's backward, after the consumer's in the same step, takes that
+  // same buffer as its dy (its amax, columnwise copy and bias gradient come
+  // with it; the session orders the two on the callers' streams).
   void forward(const std::string& layer, const LayerInputs& in, const TensorRef& y,
                void* stream = nullptr);
   // Backward and the end of the layer's step: enqueues the scale update and,

@@ -1,6 +1,7 @@
 #include "runtime/cpu/executor.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "codegen/lower/ring.hpp"
@@ -44,6 +45,30 @@ std::vector<float> shard(const std::vector<float>& global, std::uint64_t g1,
   return out;
 }
 
+// dbias: the column sums of a [d0][d1] matrix, in fp32, row by row.
+std::vector<float> column_sums(const std::vector<float>& v, const std::array<Dim, 2>& d) {
+  std::vector<float> sums(d[1].local, 0.0f);
+  for (std::uint64_t i = 0; i < d[0].local; ++i)
+    for (std::uint64_t j = 0; j < d[1].local; ++j) sums[j] += v[i * d[1].local + j];
+  return sums;
+}
+
+// A handed dz as the quantize it replaces makes it: v times act'(z) where
+// the producer has an activation, dbias (the column sums) from that in fp32,
+// the FP8 store with `scale`, its columnwise copy and its amax. A
+// consumer's dgrad epilogue and a producer run alone both make it here.
+void store_handed_gradient(TensorStore& store, std::vector<float> v, Activation dact, int z,
+                           int out, int columnwise, int amax, int dbias, float scale) {
+  if (z != kNoTensor) {
+    const std::vector<float> pre = store.read_hp(z);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] *= activation_grad(dact, pre[i]);
+  }
+  if (dbias != kNoTensor) store.write_hp(dbias, column_sums(v, store.tensor(out).dims));
+  quantize_to(store, out, v, scale, false);
+  if (columnwise != kNoTensor) transpose_fp8(store, out, columnwise);
+  store.set_scalar(amax, numerics::amax(v));
+}
+
 // Executes one pass of a plan on one rank.
 class RankExecutor {
  public:
@@ -70,6 +95,8 @@ class RankExecutor {
   // with_x / with_dy false: that input is handed over in a chain instead.
   void begin(const LayerData& data, bool with_x = true, bool with_dy = true) {
     fill_external_tensors(layer_, store_, state_, data, comm_.rank(), with_x, with_dy);
+    // FP8 dz from a consumer that is not here: made from dy after forward.
+    if (with_dy && plan_.io.dy_fp8_col != kNoTensor) stand_in_dy_ = &data;
   }
   void forward() {
     apply(Replacement::When::before_forward);
@@ -81,6 +108,14 @@ class RankExecutor {
       forward_z_dims_ = plan_.tensor(plan_.io.z).dims;
     }
     apply(Replacement::When::before_backward);
+    // After the replacements: from the z the backward is given.
+    if (stand_in_dy_) stand_in_handed_gradient(layer_, store_, *stand_in_dy_, comm_.rank());
+    // FP8 dz handed over: its amax tells whether the consumer's epilogue saw
+    // a NaN (nan = error fails the step here, as the quantize it replaces did).
+    if (layer_.recipe.nan == NanPolicy::error && plan_.io.dy_amax != kNoTensor &&
+        std::isnan(store_.scalar(plan_.io.dy_amax)))
+      throw ExecutorError("cpu executor: layer '" + layer_.name + "': NaN in " +
+                          plan_.tensor(plan_.io.dy).name + " (recipe nan = error)");
     run_pass("backward", plan_.backward);
   }
   RankStepResult finish() {
@@ -117,10 +152,47 @@ class RankExecutor {
     check_same_shape(store_, plan_.io.y, consumer.store_, to.x);
     consumer.store_.write_hp(to.x, store_.read_hp(plan_.io.y));
   }
-  // Hands this (consumer) layer's dX to `producer`'s dY on the same rank.
+  // The producer side of a consumer that hands it FP8 dz: the scale that
+  // consumer's dgrad stores dz with.
+  float gradient_scale() const {
+    const int dy = plan_.io.dy;
+    return dy != kNoTensor && plan_.tensor(dy).is_fp8() ? store_.scalar(plan_.tensor(dy).scale)
+                                                        : 1.0f;
+  }
+  void set_gradient_scale(float scale) {
+    if (plan_.io.dx_scale != kNoTensor) store_.set_scalar(plan_.io.dx_scale, scale);
+  }
+  // Hands this (producer) layer's saved pre-activation to the consumer whose
+  // dgrad epilogue applies its act'.
+  void hand_pre_activation_to(RankExecutor& consumer) {
+    const int to = consumer.plan_.io.dx_dact_input;
+    if (to == kNoTensor) return;
+    check_same_shape(store_, plan_.io.z, consumer.store_, to);
+    consumer.store_.write_hp(to, store_.read_hp(plan_.io.z));
+  }
+  // Hands this (consumer) layer's dX to `producer`'s dY on the same rank:
+  // FP8 dz with its columnwise copy, amax and dbias where the consumer's
+  // dgrad wrote those for it.
   void hand_dx_to(RankExecutor& producer) {
-    check_same_shape(store_, plan_.io.dx, producer.store_, producer.plan_.io.dy);
-    producer.store_.write_hp(producer.plan_.io.dy, store_.read_hp(plan_.io.dx));
+    const LayerIo& to = producer.plan_.io;
+    if ((to.dy_fp8_col != kNoTensor) != (plan_.io.dx_fp8_col != kNoTensor))
+      throw ExecutorError("cpu executor: chain: '" + layer_.name + "' and '" +
+                          producer.layer_.name + "' disagree on who makes the FP8 gradient");
+    if (to.dy_fp8_col == kNoTensor) {
+      check_same_shape(store_, plan_.io.dx, producer.store_, to.dy);
+      producer.store_.write_hp(to.dy, store_.read_hp(plan_.io.dx));
+      return;
+    }
+    copy_same_shape(store_, plan_.io.dx, producer.store_, to.dy);
+    copy_same_shape(store_, plan_.io.dx_fp8_col, producer.store_, to.dy_fp8_col);
+    producer.store_.set_scalar(to.dy_amax, store_.scalar(plan_.io.dx_amax));
+    if ((to.dy_db == kNoTensor) != (plan_.io.dx_db == kNoTensor))
+      throw ExecutorError("cpu executor: chain: '" + layer_.name + "' and '" +
+                          producer.layer_.name + "' disagree on who sums the bias gradient");
+    if (to.dy_db != kNoTensor) {
+      check_same_shape(store_, plan_.io.dx_db, producer.store_, to.dy_db);
+      producer.store_.write_hp(to.dy_db, store_.read_hp(plan_.io.dx_db));
+    }
   }
 
  private:
@@ -230,13 +302,6 @@ class RankExecutor {
     e.scale = scale;
   }
 
-  static std::vector<float> column_sums(const std::vector<float>& v, const std::array<Dim, 2>& d) {
-    std::vector<float> sums(d[1].local, 0.0f);
-    for (std::uint64_t i = 0; i < d[0].local; ++i)
-      for (std::uint64_t j = 0; j < d[1].local; ++j) sums[j] += v[i * d[1].local + j];
-    return sums;
-  }
-
   // A GEMM operand as [other][K] floats, and the factor its per-tensor
   // scale contributes to the result.
   struct Operand {
@@ -287,7 +352,22 @@ class RankExecutor {
     const float alpha = a.alpha * b.alpha;
     if (alpha != 1.0f)
       for (auto& v : c) v *= alpha;
-    emit_output(g.epilogue, std::move(c), b.rows, g.out);
+    if (g.role == GemmRole::dgrad)
+      emit_gradient(g.epilogue, std::move(c), g.out);
+    else
+      emit_output(g.epilogue, std::move(c), b.rows, g.out);
+  }
+
+  // A dgrad's output: dx, or a producer's FP8 dz (act' of its z, its
+  // dbias, the FP8 store with its scale, amax and columnwise copy), from
+  // the fp32 result as the producer's fused quantize would make it.
+  void emit_gradient(const OutputEpilogue& e, std::vector<float> v, int out) {
+    if (!plan_.tensor(out).is_fp8()) {
+      store_.write_hp(out, v);
+      return;
+    }
+    store_handed_gradient(store_, std::move(v), e.dact, e.dact_input, out, e.out_columnwise,
+                          e.out_amax, e.dbias, store_.scalar(e.out_scale));
   }
 
   // Bias, activation (saving its input z), and the output store: the layer
@@ -480,6 +560,7 @@ class RankExecutor {
   std::vector<ExecutedStep> executed_;
   std::vector<float> forward_z_;
   std::array<Dim, 2> forward_z_dims_;
+  const LayerData* stand_in_dy_ = nullptr;  // begin()'s data, while the step runs
 };
 
 }  // namespace
@@ -496,14 +577,20 @@ void fill_external_tensors(const Layer& layer, TensorStore& store, const LayerSt
   if (with_x) put(io.x, d.x, layer.in);
   put(io.w, d.w, layer.in);
   put(io.b, d.b, 1);
-  if (with_dy) put(io.dy, d.dy, layer.out);
+  // FP8 dy is the consumer's (or stand_in_handed_gradient's, after forward).
+  if (with_dy && io.dy_fp8_col == kNoTensor) put(io.dy, d.dy, layer.out);
   for (const DelayedTensor& t : plan.delayed) {
     auto it = state.delayed.find(t.key());
     store.set_scalar(t.scale, it == state.delayed.end() ? 1.0f : it->second.scale);
   }
   // A standalone producer of FP8 output writes it with scale 1 (a chain
-  // sets its consumer's scale).
+  // sets its consumer's scale); so does a standalone consumer that hands its
+  // producer FP8 dz, whose act' it applies to a stand-in pre-activation:
+  // its own input x, a tensor of the same shape (a chain hands the
+  // producer's z).
   if (io.y_scale != kNoTensor) store.set_scalar(io.y_scale, 1.0f);
+  if (io.dx_scale != kNoTensor) store.set_scalar(io.dx_scale, 1.0f);
+  if (io.dx_dact_input != kNoTensor && with_x) put(io.dx_dact_input, d.x, layer.in);
   // A chained FP8 input (the producer's GEMM wrote it with this layer's
   // delayed scale): stand in for the producer by quantizing X here.
   if (io.x_fp8 != kNoTensor && with_x && !d.x.empty()) {
@@ -513,6 +600,17 @@ void fill_external_tensors(const Layer& layer, TensorStore& store, const LayerSt
     if (io.x_fp8_col != kNoTensor) transpose_fp8(store, io.x_fp8, io.x_fp8_col);
     if (io.x_amax != kNoTensor) store.set_scalar(io.x_amax, numerics::amax(x));
   }
+}
+
+void stand_in_handed_gradient(const Layer& layer, TensorStore& store, const LayerData& data,
+                              int rank) {
+  const LayerPlan& plan = store.plan();
+  const LayerIo& io = plan.io;
+  if (io.dy_fp8_col == kNoTensor) return;
+  const Tensor& row = plan.tensor(io.dy);
+  store_handed_gradient(store, shard(data.dy, layer.out, row.dims, rank), layer.activation,
+                        layer.activation != Activation::none ? io.z : kNoTensor, io.dy,
+                        io.dy_fp8_col, io.dy_amax, io.dy_db, store.scalar(row.scale));
 }
 
 RankStepResult collect_step_result(const Layer&, const TensorStore& store, const LayerState& state,
@@ -640,9 +738,11 @@ std::vector<std::vector<ChainStepResult>> run_chain(const Layer& first, const La
       a.begin(data.first, true, false);
       b.begin(data.second, false, true);
       a.set_output_scale(b.input_scale());
+      b.set_gradient_scale(a.gradient_scale());
       a.forward();
       a.hand_output_to(b);
       b.forward();
+      a.hand_pre_activation_to(b);
       b.backward();
       b.hand_dx_to(a);
       a.backward();

@@ -138,6 +138,15 @@ void fill_external_tensors(const Layer& layer, TensorStore& store, const LayerSt
                            const LayerData& data, int rank, bool with_x = true,
                            bool with_dy = true);
 
+// A producer whose consumer hands it FP8 dz (LayerIo::dy_fp8_col set), run
+// without that consumer: writes dz = dy * act'(z) from its shard of
+// `data.dy` and its own saved z in `store`, with the amax, the columnwise
+// copy and the bias gradient, as the consumer's dgrad epilogue would (its
+// arithmetic: fp32, then the FP8 store with the delayed scale in `store`).
+// Call after forward, before backward. Does nothing for other plans.
+void stand_in_handed_gradient(const Layer& layer, TensorStore& store, const LayerData& data,
+                              int rank);
+
 // One step on one rank with a communicator the caller owns.
 RankStepResult execute_layer_step(const Layer& layer, const LayerPlan& plan,
                                   collectives::Communicator& comm, const LayerData& data,
@@ -160,7 +169,8 @@ struct ChainStepResult {
 };
 // `replace[step]`: Replacement lists for each layer (before_forward is
 // applied after the hand-over of the consumer's input, before_backward after
-// the hand-over of the producer's dY).
+// the hand-over of the producer's dY, and of its pre-activation to a
+// consumer that hands it FP8 dz).
 struct ChainReplacements {
   std::vector<Replacement> first, second;
 };

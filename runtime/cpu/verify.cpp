@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "codegen/plan/planner.hpp"
+#include "runtime/cpu/activation.hpp"
 #include "runtime/cpu/quantize.hpp"
 #include "runtime/cpu/reference.hpp"
 #include "runtime/cpu/verify_bounds.hpp"
@@ -121,6 +122,8 @@ void add_captures(const Layer& layer, const LayerPlan& pn, const LayerPlan& p1,
     }
   }
   if (p1.io.y_scale != kNoTensor) capture_1.push_back(p1.tensor(p1.io.y_scale).name);
+  // The producer's z a handed dz's act' read (handed_dz_reference).
+  if (p1.io.dx_dact_input != kNoTensor) capture_1.push_back(p1.tensor(p1.io.dx_dact_input).name);
 }
 
 // The bound between the N-rank and one-rank values of a summed output:
@@ -249,8 +252,11 @@ struct StepRuns {
   LayerData data;
 };
 
+// `upstream`: a producer's gradient bound grows by this (relative) where its
+// dz came from its consumer's FP8 dgrad (verify_chains).
 void compare_step(const Layer& layer, const LayerPlan& pn, const LayerPlan& p1,
-                  std::uint64_t tokens, const StepRuns& s, const std::string& label, Rows& rows) {
+                  std::uint64_t tokens, const StepRuns& s, const std::string& label, Rows& rows,
+                  double upstream = 0.0) {
   const bool multi = pn.ranks > 1;
   const std::string rn = fmt_ranks(pn.ranks);
   const std::vector<const RankStepResult*> one = {s.one};
@@ -263,7 +269,8 @@ void compare_step(const Layer& layer, const LayerPlan& pn, const LayerPlan& p1,
   // The one-rank backward ran from the N-rank pre-activation (replaced), so
   // one float64 reference serves both runs (it is the costliest part of a
   // step's comparison, and a [out][in] float64 dw is 8 bytes per weight).
-  const ReferenceResult ref_1 = reference(multi ? z_n.values : s.one->z);
+  ReferenceResult ref_1 = reference(multi ? z_n.values : s.one->z);
+  const double dz_factor = handed_dz_reference(p1, *s.one, ref_1.dx);
   const ReferenceResult& ref_n = ref_1;
   const auto norm = [](const std::vector<double>& v) {
     double n = 0;
@@ -275,8 +282,12 @@ void compare_step(const Layer& layer, const LayerPlan& pn, const LayerPlan& p1,
   bool replicas = true;
   for (const Field& f : fields_of(layer, pn)) {
     const Assembled a1 = assemble(one, f.values, f.dims);
-    const double bound = float64_bound(layer, pn, f.name, z_over_y);
-    const double bound_1 = float64_bound(layer, p1, f.name, z_over_y);
+    const std::string fn = f.name;
+    const bool gradient = fn == "dx" || fn == "dw" || fn == "db";
+    const double factor = fn == "dx" ? dz_factor : 1.0;
+    const double extra = gradient ? upstream : 0.0;
+    const double bound = factor * float64_bound(layer, pn, f.name, z_over_y) + extra;
+    const double bound_1 = factor * float64_bound(layer, p1, f.name, z_over_y) + extra;
     if (multi) {
       const Assembled an = assemble(s.n, f.values, f.dims);
       replicas = replicas && an.replicas_agree;
@@ -341,6 +352,40 @@ std::vector<const RankStepResult*> step_of(const std::vector<std::vector<RankSte
   std::vector<const RankStepResult*> v;
   for (const auto& r : runs) v.push_back(&r.at(s));
   return v;
+}
+
+// dx *= act'(z) in place (z: the pre-activation dz's act' reads, as many
+// elements, or none without an activation); returns the factor a bound on
+// dx's relative error grows by in dz: |act'| <= L scales each element's
+// error, relative to ||dz|| instead of ||dx|| (measured here, at least 1).
+double apply_dact(Activation dact, const std::vector<float>& z, std::vector<double>& dx) {
+  if (dact == Activation::none) return 1.0;
+  double before = 0, after = 0;
+  for (std::size_t i = 0; i < dx.size(); ++i) {
+    before += dx[i] * dx[i];
+    dx[i] *= activation_grad(dact, double(z.at(i)));
+    after += dx[i] * dx[i];
+  }
+  const double ratio = after > 0 ? std::sqrt(before / after) : 1.0;
+  return std::max(1.0, activation_lipschitz(dact) * ratio);
+}
+
+// The relative error a producer's float64 gradients take on where its dz
+// came from its consumer's FP8 dgrad (chain_hands_dz): that GEMM's operand
+// roundings and fp32 accumulation (float64_bound's terms), carried into dz
+// by act' (at most L), relative to ||dz|| instead of ||dx|| (measured).
+double handed_gradient_bound(const Layer& producer, const LayerPlan& consumer,
+                             const std::vector<double>& dx, const std::vector<float>& z) {
+  const GemmStep* g = gemm_of(consumer, GemmRole::dgrad);
+  if (!g) return 0.0;
+  const double ua = unit_roundoff(consumer.tensor(g->a).type);
+  const double ub = unit_roundoff(consumer.tensor(g->b).type);
+  const std::uint64_t k = consumer.tensor(g->a).dims[1].global;
+  const double gemm =
+      std::sqrt(ua * ua + ub * ub) +
+      2 * std::sqrt(double(std::max<std::uint64_t>(k, 1))) * unit_roundoff(ElemType::fp32);
+  std::vector<double> dz = dx;
+  return apply_dact(producer.activation, z, dz) * gemm;
 }
 
 // Producer -> consumer pairs end to end: on each rank the consumer reads the
@@ -437,12 +482,25 @@ void verify_chains(const Spec& spec, const Plan& plan_n, const Plan& plan_1,
         rx.values = x.values;
       }
       replace[s].second.push_back(rx);
-      // The producer's dY: the consumer's dX as the N ranks computed it.
-      Replacement rd;
-      rd.when = Replacement::When::before_backward;
-      rd.tensor = a.one.io.dy;
-      rd.values = assemble(rn_b, &RankStepResult::dx, &RankStepResult::dx_dims).values;
-      replace[s].first.push_back(rd);
+      if (b.one.io.dx_dact_input != kNoTensor) {
+        // The producer's z the consumer's dgrad reads: the N-rank one, as
+        // the one-rank producer's own (z_replacement).
+        Replacement rz;
+        rz.when = Replacement::When::before_backward;
+        rz.tensor = b.one.io.dx_dact_input;
+        rz.values = assemble(rn_a, &RankStepResult::z, &RankStepResult::z_dims).values;
+        replace[s].second.push_back(rz);
+      }
+      // The producer's dY: the consumer's dX as the N ranks computed it. A
+      // handed FP8 dz needs none: the consumer's dgrad sums over the whole
+      // K on every rank, so both chains hand the same bytes.
+      if (a.one.io.dy_fp8_col == kNoTensor) {
+        Replacement rd;
+        rd.when = Replacement::When::before_backward;
+        rd.tensor = a.one.io.dy;
+        rd.values = assemble(rn_b, &RankStepResult::dx, &RankStepResult::dx_dims).values;
+        replace[s].first.push_back(rd);
+      }
     }
     const auto run_1 = run_chain(*first, a.one, second, b.one, data, e1, replace);
     Rows rows(report);
@@ -466,13 +524,45 @@ void verify_chains(const Spec& spec, const Plan& plan_n, const Plan& plan_1,
         ra.data.dy = run_1[0][s].second.dx;
         rb.data.x = run_1[0][s].first.y;
       }
-      compare_step(*first, a.n, a.one, options.tokens, ra, " [" + name + "]", rows);
+      double upstream = 0.0;
+      if (a.one.io.dy_fp8_col != kNoTensor) {
+        // The consumer handed FP8 dz (its dact applied): the producer's
+        // float64 gradient is that of the consumer's float64 dx, and its
+        // bounds carry the consumer's dgrad error (handed_gradient_bound).
+        const std::vector<float> z2 =
+            multi ? assemble(rb.n, &RankStepResult::z, &RankStepResult::z_dims).values
+                  : run_1[0][s].second.z;
+        const ReferenceResult r2 =
+            reference_layer_step(second, options.tokens, rb.data, z2.empty() ? nullptr : &z2);
+        ra.data.dy.assign(r2.dx.begin(), r2.dx.end());
+        upstream = handed_gradient_bound(*first, b.one, r2.dx, run_1[0][s].first.z);
+      }
+      compare_step(*first, a.n, a.one, options.tokens, ra, " [" + name + "]", rows, upstream);
       compare_step(second, b.n, b.one, options.tokens, rb, " [" + name + "]", rows);
     }
   }
 }
 
 }  // namespace
+
+// A layer whose dgrad hands its producer FP8 dz (chain_hands_dz): its "dx"
+// field holds dz = dx * act'(z), z the producer's pre-activation it read
+// (captured). Turns the float64 dx into that dz, and returns the factor the
+// dx bound grows by: |act'| <= L multiplies dx's error, relative to ||dz||
+// instead of ||dx|| (measured from the float64 reference, >= 1).
+double handed_dz_reference(const LayerPlan& plan, const RankStepResult& run,
+                           std::vector<double>& dx) {
+  const GemmStep* g = gemm_of(plan, GemmRole::dgrad);
+  if (!g || plan.io.dx_fp8_col == kNoTensor) return 1.0;
+  const Activation dact = g->epilogue.dact;
+  if (dact == Activation::none) return 1.0;
+  auto it = run.captured.find(plan.tensor(plan.io.dx_dact_input).name);
+  if (it == run.captured.end() || it->second.logical.size() != dx.size()) {
+    dx.assign(dx.size(), NAN);  // the comparison fails, saying so below
+    return 1.0;
+  }
+  return apply_dact(dact, it->second.logical, dx);
+}
 
 double float64_bound(const Layer& layer, const LayerPlan& plan, const std::string& tensor,
                      double z_over_y) {

@@ -62,6 +62,14 @@ class VerifyError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A layer whose dgrad hands its producer FP8 dz (chain_hands_dz): its "dx"
+// is dz = dx * act'(z), z the producer's pre-activation it read (in
+// `run.captured`). Turns the float64 `dx` into that dz in place and returns
+// the factor dx's float64_bound grows by (>= 1); 1 and no change for other
+// plans. NaN values (a failing comparison) where z was not captured.
+double handed_dz_reference(const LayerPlan& plan, const RankStepResult& run,
+                           std::vector<double>& dx);
+
 // The relative L2 error a layer's y, z, dx, dw or db may have against the
 // float64 reference of the unquantized math, for the plan it ran
 // (docs/verify.md derives each bound); `ref_z_over_y`: ||z|| / ||y|| of the

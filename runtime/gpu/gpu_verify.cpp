@@ -7,11 +7,13 @@
 
 #include "codegen/plan/planner.hpp"
 #include "collectives/device/device_communicator.hpp"
+#include "runtime/cpu/quantize.hpp"
 #include "runtime/cpu/reference.hpp"
 #include "runtime/cpu/verify_bounds.hpp"
 #include "runtime/gpu/kernel_set.hpp"
 #include "runtime/gpu/rank_executor.hpp"
 #include "runtime/gpu/run_layer.hpp"
+#include "runtime/reference/activation_bound.hpp"
 
 namespace fp8c::runtime {
 namespace {
@@ -62,6 +64,12 @@ std::vector<std::string> bound_tensors(const LayerPlan& plan) {
       }
     }
   if (plan.io.y_scale != kNoTensor) names.push_back(plan.tensor(plan.io.y_scale).name);
+  // A dgrad handing its producer FP8 dz: the z its act' reads, its scale,
+  // and what its epilogue writes beside dz (handed_dz_side_outputs).
+  if (plan.io.dx_fp8_col != kNoTensor)
+    for (int id : {plan.io.dx_dact_input, plan.io.dx_scale, plan.io.dx, plan.io.dx_fp8_col,
+                   plan.io.dx_db, plan.io.dx_amax})
+      if (id != kNoTensor) names.push_back(plan.tensor(id).name);
   return names;
 }
 
@@ -85,17 +93,23 @@ std::vector<float> abs_difference(const std::vector<float>& a, const std::vector
   return d;
 }
 
+// The lowered step of a plan GEMM step, or null.
+const LoweredStep* lowered_step_of(const LoweredLayer& lowered, const LayerPlan& plan,
+                                   const GemmStep& g) {
+  for (const auto& [steps, low] :
+       {std::pair{&plan.forward, &lowered.forward}, std::pair{&plan.backward, &lowered.backward}})
+    for (std::size_t i = 0; i < steps->size() && i < low->size(); ++i)
+      if ((*steps)[i].as<GemmStep>() == &g) return &(*low)[i];
+  return nullptr;
+}
+
 // Whether the GPU executor runs `g` on operands dequantized to the layer
 // dtype (the lowering's fallback for block-scaled operands its GEMM cannot
 // read), as `lowered`, the layer's lowering for this GPU, says.
 bool runs_dequantized(const LoweredLayer& lowered, const LayerPlan& plan, const GemmStep& g) {
-  for (const auto& [steps, low] :
-       {std::pair{&plan.forward, &lowered.forward}, std::pair{&plan.backward, &lowered.backward}})
-    for (std::size_t i = 0; i < steps->size() && i < low->size(); ++i)
-      if ((*steps)[i].as<GemmStep>() == &g)
-        for (const auto& action : (*low)[i].actions)
-          if (const auto* c = std::get_if<GemmCall>(&action))
-            return c->operands == GemmCall::Operands::dequantized;
+  if (const LoweredStep* l = lowered_step_of(lowered, plan, g))
+    if (const GemmCall* c = l->find<GemmCall>())
+      return c->operands == GemmCall::Operands::dequantized;
   // Not one of the plan's own steps: assume the looser bound.
   return plan.tensor(g.a).block_scaled() || plan.tensor(g.b).block_scaled();
 }
@@ -111,10 +125,11 @@ bool runs_dequantized(const LoweredLayer& lowered, const LayerPlan& plan, const 
 // |B_c| <= |B_g| + dB, |A_c||B_c| <= |A_g||B_g| + |A_g| dB + dA |B_c|, so
 // the whole bound follows from at most three |.||.| GEMMs instead of four,
 // and only one where both operands agree bit for bit.
+// `magnitude`, where given: sum |A_g||B_g|, which bounds |C_gpu|.
 std::vector<double> gemm_difference(const Layer& layer, const LayerPlan& plan,
                                     const LoweredLayer& lowered, const GemmStep& g,
-                                    const cpu::RankStepResult& gpu,
-                                    const cpu::RankStepResult& cpu) {
+                                    const cpu::RankStepResult& gpu, const cpu::RankStepResult& cpu,
+                                    std::vector<double>* magnitude = nullptr) {
   const std::string an = plan.tensor(g.a).name, bn = plan.tensor(g.b).name;
   const auto &ag = logical(gpu, an), &ac = logical(cpu, an);
   const auto &bg = logical(gpu, bn), &bc = logical(cpu, bn);
@@ -148,7 +163,103 @@ std::vector<double> gemm_difference(const Layer& layer, const LayerPlan& plan,
   for (std::size_t i = 0; i < e.size(); ++i)
     e[i] = (1 + gk) * operands[i] + 2 * gk * sg[i] + (dequantized ? 2.1 * ud * sg[i] : 0.0) +
            (tensor_core_fp8 ? 0x1p-10 * sg[i] : 0.0);
+  if (magnitude) *magnitude = sg;
   return e;
+}
+
+// |dz_gpu - dz_cpu| before the FP8 store of a dgrad handing its producer dz
+// (dz = act'(z) C): the GEMM's difference through |act'| <= L, act'
+// evaluated differently (runtime/reference/activation_bound.hpp) times
+// |C| <= sum |a||b| + the GEMM's difference, and, after cuBLASLt, C rounded
+// to the high-precision staging type before act' on the GPU.
+std::vector<double> handed_dz_difference(const Layer& layer, const LayerPlan& plan,
+                                         const LoweredLayer& lowered, const GemmStep& g,
+                                         const cpu::RankStepResult& gpu,
+                                         const cpu::RankStepResult& cpu) {
+  std::vector<double> sg;
+  std::vector<double> e = gemm_difference(layer, plan, lowered, g, gpu, cpu, &sg);
+  if (e.empty() || sg.size() != e.size()) return {};
+  const Activation dact = g.epilogue.dact;
+  std::vector<float> z;
+  if (g.epilogue.dact_input != kNoTensor) {
+    z = logical(cpu, plan.tensor(g.epilogue.dact_input).name);
+    if (z.size() != e.size()) return {};
+  }
+  double staged = 0.0;
+  if (const LoweredStep* l = lowered_step_of(lowered, plan, g))
+    if (const KernelLaunch* k = l->find_launch(LaunchRole::gradient_after_gemm))
+      staged = cpu::unit_roundoff(std::get<QuantizeKernel>(k->kernel.description).input);
+  const double lip = cpu::activation_lipschitz(dact);
+  for (std::size_t i = 0; i < e.size(); ++i) {
+    const double c = sg[i] + e[i];
+    const double act = z.empty() ? 0.0 : activation_grad_error_bound(dact, z[i]);
+    e[i] = lip * e[i] + c * (act + lip * staged);
+  }
+  return e;
+}
+
+// What a dgrad handing its producer FP8 dz writes beside it, on the GPU
+// against the CPU: its columnwise copy (the GPU's own dz bytes transposed,
+// exactly), the producer's dbias (column sums of the dz before its store:
+// each side's sum over M in fp32, in its own order, of values at most
+// handed_dz_difference apart; then the store) and the amax (of those
+// values: at most their largest difference apart).
+// `e`: handed_dz_difference of this rank and step (empty: not made).
+void compare_handed_dz_side_outputs(cpu::VerifyReport& report, const Layer& layer,
+                                    const LayerPlan& plan, const std::vector<double>& e,
+                                    const cpu::RankStepResult& gpu, const cpu::RankStepResult& cpu,
+                                    const std::string& at) {
+  const Tensor& row = plan.tensor(plan.io.dx);
+  const std::size_t rows = row.dims[0].local, cols = row.dims[1].local;
+  const auto bytes = [](const cpu::RankStepResult& r, const std::string& name) {
+    auto it = r.captured.find(name);
+    return it == r.captured.end() ? std::vector<std::uint8_t>{} : it->second.bytes;
+  };
+  const std::vector<std::uint8_t> dz = bytes(gpu, row.name);
+  const std::vector<std::uint8_t> col = bytes(gpu, plan.tensor(plan.io.dx_fp8_col).name);
+  std::vector<std::uint8_t> want(dz.size());
+  if (dz.size() == rows * cols) cpu::transpose_bytes(dz, rows, cols, want);
+  report.checks.push_back(cpu::compare_bitwise(
+      layer.name, plan.tensor(plan.io.dx_fp8_col).name + " bytes: gpu's dz transposed" + at,
+      std::vector<float>(col.begin(), col.end()), std::vector<float>(want.begin(), want.end())));
+  const std::vector<float>& dzc = logical(cpu, row.name);
+  double scale_inv = 1.0;
+  if (const auto& sc = logical(cpu, plan.tensor(plan.io.dx_scale).name); !sc.empty() && sc[0] != 0)
+    scale_inv = 1.0 / std::fabs(double(sc[0]));
+  const double u8 = cpu::unit_roundoff(row.type);
+  const double sub = 2 * cpu::fp8_subnormal_half_step(row.type) * scale_inv;
+  if (plan.io.dx_db != kNoTensor) {
+    const Tensor& db = plan.tensor(plan.io.dx_db);
+    const std::vector<float>& dg = logical(gpu, db.name);
+    const std::vector<float>& dc = logical(cpu, db.name);
+    std::vector<double> bound;
+    if (e.size() == rows * cols && dzc.size() == rows * cols && dc.size() == cols) {
+      bound.assign(cols, 0.0);
+      const double gk = cpu::gamma_fp32(rows);
+      for (std::size_t t = 0; t < rows; ++t)
+        for (std::size_t j = 0; j < cols; ++j) {
+          const double v = std::fabs(double(dzc[t * cols + j])) * (1 + 2 * u8) + sub;
+          bound[j] += e[t * cols + j] + 2 * gk * v;
+        }
+      const double us = cpu::unit_roundoff(db.type);
+      for (std::size_t j = 0; j < cols && j < dg.size(); ++j)
+        bound[j] =
+            (bound[j] + us * (std::fabs(double(dg[j])) + std::fabs(double(dc[j])))) * (1 + 1e-6);
+    }
+    cpu::CheckResult r =
+        cpu::compare_within(layer.name, db.name + ": gpu vs cpu" + at, dg, dc, bound);
+    if (bound.empty()) r.pass = false, r.why = "the bound's inputs were not captured";
+    report.checks.push_back(r);
+  }
+  const std::string amax = plan.tensor(plan.io.dx_amax).name;
+  const std::vector<float>& ag = logical(gpu, amax);
+  const std::vector<float>& ac = logical(cpu, amax);
+  double largest = 0;
+  for (double x : e) largest = std::max(largest, x);
+  cpu::CheckResult r = cpu::compare_within(layer.name, amax + ": gpu vs cpu" + at, ag, ac,
+                                           {largest * (1 + 1e-6) + 1e-30});
+  if (e.empty()) r.pass = false, r.why = "the bound's inputs were not captured";
+  report.checks.push_back(r);
 }
 
 // |column sums of dz on the GPU - on the CPU| of one rank: dz = dy act'(z)
@@ -241,14 +352,30 @@ void compare_rank(cpu::VerifyReport& report, const Layer& layer, const LayerPlan
     if (const auto& s = logical(cpu, plan.tensor(plan.io.y_scale).name); !s.empty() && s[0] != 0)
       scale_inv = 1.0 / std::fabs(double(s[0]));
   const double ud = cpu::unit_roundoff(layer.dtype);
+  std::vector<double> dz_difference;  // a handed dz's, for what is written beside it
   for (const Field& f : fields_of(layer, plan)) {
     const int id = plan.io.*f.io;
     const cpu::OutputOrigin o = cpu::trace_output(plan, id);
     const std::vector<float>& g = gpu.*f.values;
     const std::vector<float>& c = cpu.*f.values;
     cpu::DifferenceBeforeStore d;
+    double field_scale_inv = scale_inv;
     if (o.summed_partial == kNoTensor) {
-      d.before_store = rank_difference(layer, plan, lowered, o, id, gpu, cpu);
+      if (o.gemm && o.gemm->role == GemmRole::dgrad && plan.tensor(id).is_fp8()) {
+        // The producer's FP8 dz, with its gradient scale.
+        dz_difference = handed_dz_difference(layer, plan, lowered, *o.gemm, gpu, cpu);
+        d.before_store = dz_difference;
+        field_scale_inv = 1.0;
+        if (const auto& sc = logical(cpu, plan.tensor(plan.io.dx_scale).name);
+            !sc.empty() && sc[0] != 0)
+          field_scale_inv = 1.0 / std::fabs(double(sc[0]));
+      } else if (!o.gemm && !o.column_sum) {
+        // A copy of what both sides were given alike (a bias gradient the
+        // consumer's dgrad summed, made on the host for a layer run alone).
+        d.before_store.assign(c.size(), 0.0);
+      } else {
+        d.before_store = rank_difference(layer, plan, lowered, o, id, gpu, cpu);
+      }
       d.magnitude.assign(d.before_store.size(), 0.0);
     } else {
       // Every rank's difference, plus each side's roundings of the partials
@@ -270,11 +397,13 @@ void compare_rank(cpu::VerifyReport& report, const Layer& layer, const LayerPlan
       r.why = "the bound's inputs were not captured";
     } else {
       r = cpu::compare_within(layer.name, check, g, c,
-                              cpu::store_bound(o, plan.tensor(id).type, d, g, c, scale_inv,
+                              cpu::store_bound(o, plan.tensor(id).type, d, g, c, field_scale_inv,
                                                act_error(layer.activation)));
     }
     report.checks.push_back(r);
   }
+  if (plan.io.dx_fp8_col != kNoTensor)
+    compare_handed_dz_side_outputs(report, layer, plan, dz_difference, gpu, cpu, at);
   // Delayed state, key by key: bit for bit, but dz's amax (and so its
   // history and scale) within kActEvaluation-driven 2^-9 where the GPU
   // evaluates act' differently.
@@ -370,8 +499,22 @@ void compare_float64(cpu::VerifyReport& report, const Layer& layer, const LayerP
     for (const auto& r : gpu) ranks.push_back(&r[s]);
     const cpu::Assembled z =
         cpu::assemble(ranks, &cpu::RankStepResult::z, &cpu::RankStepResult::z_dims);
-    const cpu::ReferenceResult ref = cpu::reference_layer_step(
+    cpu::ReferenceResult ref = cpu::reference_layer_step(
         layer, tokens, data[s], plan.io.z != kNoTensor ? &z.values : nullptr);
+    // A handed dz (chain_hands_dz): dx times act' of the z it read.
+    double dz_factor = 1.0;
+    if (plan.io.dx_dact_input != kNoTensor) {
+      const Tensor& zt = plan.tensor(plan.io.dx_dact_input);
+      std::vector<const std::vector<float>*> shards;
+      std::vector<std::array<Dim, 2>> dims;
+      for (const auto* r : ranks) {
+        shards.push_back(&logical(*r, zt.name));
+        dims.push_back(zt.dims);
+      }
+      cpu::RankStepResult whole;
+      whole.captured[zt.name].logical = cpu::assemble_shards(shards, dims).values;
+      dz_factor = cpu::handed_dz_reference(plan, whole, ref.dx);
+    }
     double zn = 0, yn = 0;
     for (double v : ref.z) zn += v * v;
     for (double v : ref.y) yn += v * v;
@@ -395,7 +538,9 @@ void compare_float64(cpu::VerifyReport& report, const Layer& layer, const LayerP
       replicas = replicas && g.replicas_agree;
       report.checks.push_back(cpu::compare_relative(
           layer.name, std::string(f.name) + ": gpu vs float64 step " + std::to_string(s) + where,
-          g.values, *f.ref, cpu::float64_bound(layer, plan, f.name, z_over_y)));
+          g.values, *f.ref,
+          (std::string(f.name) == "dx" ? dz_factor : 1.0) *
+              cpu::float64_bound(layer, plan, f.name, z_over_y)));
     }
     cpu::CheckResult rep = cpu::compare_bitwise(
         layer.name, "replicas identical on all ranks step " + std::to_string(s) + where,

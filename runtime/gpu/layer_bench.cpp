@@ -6,6 +6,7 @@
 #include <memory>
 #include <sstream>
 
+#include "codegen/numerics/fp8.hpp"
 #include "codegen/numerics/half.hpp"
 #include "codegen/plan/planner.hpp"
 #include "collectives/device/local_device_group.hpp"
@@ -41,6 +42,10 @@ DeviceBuffer random_buffer(const Tensor& t, std::uint64_t seed, float range) {
     std::vector<float> v(n);
     for (auto& x : v) x = next();
     b.upload(v.data(), n * 4);
+  } else if (is_fp8(t.type)) {  // a gradient handed over in FP8 (its scale stays 1)
+    std::vector<std::uint8_t> v(n);
+    for (auto& x : v) x = numerics::float_to_fp8(next(), t.type, numerics::Saturation::satfinite);
+    b.upload(v.data(), n);
   } else {
     std::vector<std::uint16_t> v(n);
     for (auto& x : v)
@@ -90,10 +95,14 @@ std::vector<LayerBenchResult> bench_layers(const Spec& spec, const Device& devic
     if (o.micro_batches > 1) exec.enable_weight_cache();
     // Two sets of inputs, used in turn.
     std::map<int, std::vector<DeviceBuffer>> inputs;
-    for (const int id : {lp.io.x, lp.io.w, lp.io.b, lp.io.dy}) {
+    // A producer whose consumer's dgrad hands it FP8 dz: its dz, columnwise
+    // copy and bias gradient are random too (their making is timed in the
+    // consumer's step, which `bench` cannot run alone: chain_bench times
+    // both).
+    for (const int id : {lp.io.x, lp.io.w, lp.io.b, lp.io.dy, lp.io.dy_fp8_col, lp.io.dy_db}) {
       if (id == kNoTensor) continue;
       const Tensor& t = lp.tensor(id);
-      const bool grad = t.quantity == Quantity::dy;
+      const bool grad = t.quantity == Quantity::dy || t.quantity == Quantity::dz;
       const int salt = static_cast<int>(t.quantity) * 37 + 11;
       for (int copy = 0; copy < 2; ++copy)
         inputs[id].push_back(random_buffer(t, copy * 131 + salt, grad ? 1e-3f : 1.0f));

@@ -123,6 +123,17 @@ GpuRankExecutor::GpuRankExecutor(const Layer& layer, const LayerPlan& plan,
   std::size_t partial = 16;
   const auto partials = [&](const std::vector<Step>& steps, const std::vector<LoweredStep>& low) {
     for (std::size_t i = 0; i < steps.size(); ++i) {
+      // A dgrad's dbias for its producer: the generated GEMM's workspace, or
+      // the quantize kernel's partials after cuBLASLt, over its output.
+      if (const auto* g = steps[i].as<GemmStep>(); g && g->epilogue.dbias != kNoTensor) {
+        const Tensor& out = plan.tensor(g->out);
+        const auto rows = static_cast<std::int64_t>(out.dims[0].local);
+        const auto cols = static_cast<std::int64_t>(out.dims[1].local);
+        partial = std::max(
+            {partial, dbias_workspace_bytes(rows, cols),
+             static_cast<std::size_t>(QuantizeLauncher::tiles(static_cast<int>(rows)) * cols * 4)});
+        continue;
+      }
       const std::vector<int> in = steps[i].inputs();
       if (in.empty() || !low[i].find_launch(LaunchRole::dbias_reduce)) continue;
       const Tensor& src = plan.tensor(in[0]);
@@ -147,6 +158,7 @@ GpuRankExecutor::GpuRankExecutor(const Layer& layer, const LayerPlan& plan,
   if (lowered.staging.block_scales) scale_scratch_ = DeviceBuffer(lowered.staging.block_scales);
   if (lowered.staging.dz_fp32) staging_ = DeviceBuffer(lowered.staging.dz_fp32);
   if (lowered.staging.ring_sums) ring_sums_ = DeviceBuffer(lowered.staging.ring_sums);
+  if (lowered.staging.gemm_output) gemm_staging_ = DeviceBuffer(lowered.staging.gemm_output);
 }
 
 CUdeviceptr GpuRankExecutor::address(int id) const {
@@ -905,6 +917,39 @@ void GpuRankExecutor::gemm(const GemmStep& s, const LoweredStep& l) {
     g.bias_type = plan_.tensor(e.bias).type;
   }
   if (e.out_scale != kNoTensor) g.d_scale = slot(e.out_scale).scale;
+  // A dgrad handing its producer FP8 dz: act' of the producer's z and its
+  // dbias in the generated GEMM's epilogue; after cuBLASLt's (high
+  // precision into staging), the quantize kernel (below).
+  const KernelLaunch* gradient_after = l.find_launch(LaunchRole::gradient_after_gemm);
+  if (call->dact != Activation::none) {
+    const Tensor& z = plan_.tensor(e.dact_input);
+    g.dact = call->dact;
+    g.aux = at(e.dact_input);
+    g.aux_type = z.type;
+    g.ld_aux = static_cast<std::int64_t>(z.dims[1].local);
+  }
+  if (call->dbias) {
+    g.dbias = at(e.dbias);
+    g.dbias_type = plan_.tensor(e.dbias).type;
+    g.dbias_workspace = scratch_.get();
+  }
+  QuantizeArgs handed;
+  if (gradient_after) {
+    const auto& q = std::get<QuantizeKernel>(gradient_after->kernel.description);
+    handed.x = gemm_staging_.get();
+    handed.rows = static_cast<int>(out.dims[0].local);
+    handed.cols = static_cast<int>(out.dims[1].local);
+    if (e.dact_input != kNoTensor) handed.pre_activation = at(e.dact_input);
+    handed.scale = g.d_scale;
+    handed.rowwise = g.d;
+    if (e.out_columnwise != kNoTensor) handed.columnwise = at(e.out_columnwise);
+    handed.amax_out = g.d_amax;  // zeroed above
+    if (e.dbias != kNoTensor) handed.dbias_partial = scratch_.get();
+    g.d = gemm_staging_.get();
+    g.d_type = q.input;
+    g.d_scale = 0;
+    g.d_amax = 0;
+  }
   g.activation = call->activation;
   g.accumulate = s.accumulate;
   // A chained consumer's columnwise input: D^T from the generated GEMM, or a
@@ -1026,6 +1071,12 @@ void GpuRankExecutor::gemm(const GemmStep& s, const LoweredStep& l) {
   if (after && !preparing_)
     r_.kernels.epilogue(launch_kernel<EpilogueKernel>(l, LaunchRole::activation_after_gemm))
         .launch(*after, r_.stream);
+  if (gradient_after && !preparing_) {
+    r_.kernels.quantize(std::get<QuantizeKernel>(gradient_after->kernel.description))
+        .launch(handed, r_.stream);
+    if (e.dbias != kNoTensor)
+      dbias_reduce(l, e.dbias, QuantizeLauncher::tiles(handed.rows), handed.cols);
+  }
   if (l.find_launch(LaunchRole::transpose_output) && !preparing_)
     r_.kernels.transpose(launch_kernel<TransposeKernel>(l, LaunchRole::transpose_output))
         .launch(at(s.out), at(e.out_columnwise), static_cast<int>(out.dims[0].local),

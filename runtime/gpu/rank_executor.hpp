@@ -221,6 +221,7 @@ class GpuRankExecutor {
   DeviceBuffer scale_scratch_;    // block scales as cuBLASLt reads them
   DeviceBuffer staging_;          // dz before a block quantize that fuses no dact
   DeviceBuffer ring_sums_;        // overlap = ring: running sums received and sent
+  DeviceBuffer gemm_staging_;     // a dgrad's output before gradient_after_gemm makes dz
   std::vector<std::unique_ptr<Event>> ring_events_;
   const std::vector<Step>* pass_steps_ = nullptr;  // the pass run_pass is in
   bool gemms_only_ = false;                        // ... and whether it runs GEMMs alone

@@ -6,6 +6,7 @@
 
 #include "codegen/plan/plan_check.hpp"
 #include "collectives/device/local_device_group.hpp"
+#include "runtime/cpu/executor.hpp"
 #include "runtime/cpu/tensor_store.hpp"
 #include "runtime/gemm/gemm.hpp"
 #include "runtime/gemm/generated_gemm.hpp"
@@ -48,6 +49,14 @@ std::vector<cpu::RankStepResult> run_rank_on_gpu(const KernelSet& kernels, Devic
     cpu::fill_external_tensors(layer, host, before, steps[i], r);
     exec.upload_externals(host);
     exec.forward();
+    if (plan.io.dy_fp8_col != kNoTensor) {
+      // FP8 dz from a consumer that is not here: made on the host from dy
+      // and this run's z, as the CPU reference makes it from the same z.
+      exec.synchronize();
+      exec.download(host);
+      cpu::stand_in_handed_gradient(layer, host, steps[i], r);
+      exec.upload_externals(host);
+    }
     exec.backward();
     exec.update();
     exec.synchronize();

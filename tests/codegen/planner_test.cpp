@@ -3,6 +3,8 @@
 // --ranks / --tokens.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "codegen/plan/plan_check.hpp"
 #include "codegen/plan/planner.hpp"
 #include "fp8c/dsl.hpp"
@@ -564,6 +566,97 @@ TEST(PlanCheck, ChainedColumnwiseCopyIsChecked) {
     }
   EXPECT_TRUE(
       mentions(check_plan(bad), "an epilogue step writes no columnwise copy (a.y.fp8.col)"));
+}
+
+// A chained consumer's dgrad hands its producer FP8 dz (chain_hands_dz):
+// its epilogue applies the producer's act' to the producer's z, sums the
+// producer's dbias, and stores dz with the producer's gradient scale, amax
+// and columnwise copy; the producer quantizes nothing in backward and reads
+// those tensors as they are handed over (shapes and types match). Where
+// the rule does not hold, the producer keeps its dy and quantize.
+TEST(Planner, ChainedConsumerHandsItsProducerFp8Dz) {
+  const auto chain = [](const std::string& producer, const std::string& consumer) {
+    return "recipe d = delayed\nrecipe c = current\n"
+           "layer a = linear { in = 128 out = 256 bias = true activation = gelu output = fp8 " +
+           producer + " }\nlayer b = linear { input = a out = 128 recipe = d " + consumer + " }\n";
+  };
+  const auto check = [&](const std::string& text, std::uint32_t ranks, bool handed,
+                         std::optional<std::uint32_t> grid = std::nullopt) {
+    SCOPED_TRACE(text + " at " + std::to_string(ranks) + " ranks");
+    PlanOptions o;
+    o.ranks = ranks;
+    if (grid) o.block_grid = {{"a", *grid}, {"b", *grid}};
+    const Plan plan = plan_spec(spec_text(text), o);
+    EXPECT_TRUE(check_plan(plan).empty());
+    const LayerPlan& a = plan.layers[0];
+    const LayerPlan& b = plan.layers[1];
+    const GemmStep& dgrad = gemm_of(b, GemmRole::dgrad);
+    if (!handed) {
+      EXPECT_FALSE(b.tensor(b.io.dx).is_fp8());
+      EXPECT_EQ(b.io.dx_fp8_col, kNoTensor);
+      EXPECT_EQ(a.io.dy_fp8_col, kNoTensor);
+      EXPECT_FALSE(a.tensor(a.io.dy).is_fp8());
+      EXPECT_EQ(dgrad.epilogue.dact, Activation::none);
+      EXPECT_EQ(all_steps_of(a, StepKind::quantize).size() > 2, true) << "a quantizes its dz";
+      return;
+    }
+    // The consumer's side.
+    EXPECT_EQ(dgrad.out, b.io.dx);
+    const Tensor& dz = b.tensor(b.io.dx);
+    EXPECT_TRUE(dz.is_fp8());
+    EXPECT_EQ(dz.type, ElemType::e5m2);  // the producer's backward format
+    EXPECT_EQ(dgrad.epilogue.dact, Activation::gelu);
+    EXPECT_EQ(dgrad.epilogue.dact_input, b.io.dx_dact_input);
+    EXPECT_TRUE(b.tensor(b.io.dx_dact_input).external);
+    EXPECT_EQ(dgrad.epilogue.dbias, b.io.dx_db);
+    EXPECT_EQ(dgrad.epilogue.out_scale, b.io.dx_scale);
+    EXPECT_EQ(dgrad.epilogue.out_amax, b.io.dx_amax);
+    EXPECT_EQ(dgrad.epilogue.out_columnwise, b.io.dx_fp8_col);
+    EXPECT_EQ(dz.scale, b.io.dx_scale);
+    // The producer's side: no dy in high precision, no quantize of it.
+    const Tensor& dy = a.tensor(a.io.dy);
+    EXPECT_TRUE(dy.is_fp8() && dy.external);
+    EXPECT_TRUE(a.tensor(a.io.dy_fp8_col).external);
+    EXPECT_TRUE(a.tensor(a.io.dy_db).external);
+    for (const Step* st : all_steps_of(a, StepKind::quantize))
+      EXPECT_NE(a.tensor(st->as<QuantizeStep>()->src).quantity, Quantity::dy);
+    EXPECT_EQ(all_steps_of(a, StepKind::grad_epilogue).size(), 0u);
+    EXPECT_EQ(gemm_of(a, GemmRole::dgrad).a, a.io.dy);
+    EXPECT_EQ(gemm_of(a, GemmRole::wgrad).a, a.io.dy_fp8_col);
+    // Its delayed dz entry reads the handed amax (reduced where sharded).
+    bool amax_read = false;
+    for (const DelayedTensor& d : a.delayed)
+      if (d.quantity == Quantity::dz) amax_read = d.amax == a.io.dy_amax;
+    EXPECT_TRUE(amax_read);
+    // What is handed over fits as it is, on every rank.
+    const auto same = [](const Tensor& x, const Tensor& y) {
+      return x.dims[0].local == y.dims[0].local && x.dims[1].local == y.dims[1].local &&
+             x.type == y.type;
+    };
+    EXPECT_TRUE(same(dz, dy));
+    EXPECT_TRUE(same(b.tensor(b.io.dx_fp8_col), a.tensor(a.io.dy_fp8_col)));
+    EXPECT_TRUE(same(b.tensor(b.io.dx_db), a.tensor(a.io.dy_db)));
+    EXPECT_TRUE(same(b.tensor(b.io.dx_dact_input), a.tensor(a.io.z)));
+  };
+  const std::string tp2_col = "recipe = d layout = { tensor_parallel = 2 } column";
+  const std::string tp2_row = "layout = { tensor_parallel = 2 } row";
+  check(chain("recipe = d", ""), 1, true);
+  check(chain(tp2_col, tp2_row), 2, true);
+  check(chain(tp2_col, tp2_row), 1, true);
+  // The one-rank plan on a 2-rank grid decides as the 2-rank plan does.
+  const std::string sp_row =
+      "recipe = d layout = { tensor_parallel = 2 sequence_parallel = true } row";
+  const std::string sp_col = "layout = { tensor_parallel = 2 sequence_parallel = true } column";
+  check(chain(sp_row, sp_col), 2, false);  // the producer gathers its dz; the consumer sums dx
+  check(chain(sp_row, sp_col), 1, true);
+  check(chain(sp_row, sp_col), 1, false, 2);
+  // A current-scaling producer: dz's scale comes from dz itself.
+  check(chain("recipe = c", ""), 1, false);
+  // A fallback GEMM reads dz in high precision.
+  check(chain("recipe = d debug = { fallback = dgrad }", ""), 1, false);
+  check(chain("recipe = d", "debug = { fallback = dgrad }"), 1, false);
+  // Debug statistics of dz are recorded by the producer's quantize.
+  check(chain("recipe = d debug = { stats = true }", ""), 1, false);
 }
 
 // A Spec made in code may hold any ElemType where the language allows only a

@@ -169,6 +169,31 @@ INSTANTIATE_TEST_SUITE_P(All, GpuExamples,
                                            "single_gpu_reference", "blockwise_mlp", "mxfp8_proj",
                                            "gpt_mlp", "attention_out_then_mlp"));
 
+// The FP8 chains of tests/specs, each layer run alone on the GPU at one and
+// two ranks, on cuBLASLt and on the generated GEMM: the producer whose dz
+// its consumer's dgrad hands over (made on the host for it, from the GPU's
+// z), and the consumer whose dgrad epilogue makes that dz (dact of a z it is
+// given, dbias, amax, both usages) on either backend.
+TEST(GpuExecutor, Fp8ChainLayersPassTheSameChecks) {
+  REQUIRE_GPU();
+  for (const char* name : {"chain_fp8_output", "chain_fp8_output_sp"})
+    for (const GemmBackend backend : {GemmBackend::automatic, GemmBackend::generated}) {
+      if (backend == GemmBackend::generated && gpu().device->arch() != "sm_90a") continue;
+      Spec spec =
+          load_spec(::fp8c::testing::source_path(std::string("tests/specs/") + name + ".fp8"));
+      for (Layer& layer : spec.layers) layer.gemm = backend;
+      for (const std::uint32_t ranks : {1u, 2u}) {
+        SCOPED_TRACE(std::string(name) + " on " + std::string(to_string(backend)) + " at " +
+                     std::to_string(ranks) + " ranks");
+        cpu::VerifyOptions o;
+        o.tokens = 64;
+        o.steps = 2;
+        o.ranks = ranks;
+        expect_passes(spec, o);
+      }
+    }
+}
+
 // overlap = bulk / ring: collectives on their own stream, ordered by events
 // with the steps that produce and read their tensors (bulk), or split into
 // ring shifts pipelined with the GEMM's rank chunks (ring: the fprop's

@@ -350,6 +350,27 @@ GemmArgs executor_args(const LayerPlan& lp, const GemmStep& g, const GemmCall& c
     args.aux = 0;
     args.d_scale = args.d_amax = 0;
   }
+  // A dgrad handing its producer FP8 dz: act' of the producer's z and its
+  // dbias in the generated GEMM; after cuBLASLt, high precision into
+  // staging for the quantize kernel that makes dz.
+  if (c.dact != Activation::none) {
+    const Tensor& z = lp.tensor(e.dact_input);
+    args.dact = c.dact;
+    args.aux = 0x100000000000;  // far from the stand-ins above: the runner checks overlaps
+    args.aux_type = z.type;
+    args.ld_aux = static_cast<std::int64_t>(z.dims[1].local);
+  }
+  if (c.dbias) {
+    args.dbias = 0x200000000000;
+    args.dbias_type = lp.tensor(e.dbias).type;
+    args.dbias_workspace = 0x300000000000;
+  }
+  for (const auto& a : l.actions)
+    if (const auto* k = std::get_if<KernelLaunch>(&a);
+        k && k->role == LaunchRole::gradient_after_gemm) {
+      args.d_type = std::get<QuantizeKernel>(k->kernel.description).input;
+      args.d_scale = args.d_amax = 0;
+    }
   args.accumulate = g.accumulate || segment > 0;
   return args;
 }
@@ -460,6 +481,7 @@ TEST(ExecutorLogic, AChainsColumnwiseInputIsWrittenOnceByEitherBackend) {
         EXPECT_EQ(after, 0) << x.where;
         return;
       }
+      if (x.step.role == GemmRole::dgrad) return;  // the producer's dz: the test below
       EXPECT_EQ(x.step.role, GemmRole::fprop) << x.where;
       EXPECT_EQ(x.call.columnwise_output ? 1 : 0, x.call.backend == "generated" ? 1 : 0) << x.where;
       EXPECT_EQ(after, x.call.columnwise_output ? 0 : 1) << x.where;
@@ -470,6 +492,72 @@ TEST(ExecutorLogic, AChainsColumnwiseInputIsWrittenOnceByEitherBackend) {
       EXPECT_GT(fused, 0) << "chain_fp8_output.fp8's column producer";
     else
       EXPECT_GT(transposed, 0);
+  }
+}
+
+// A dgrad that hands its producer FP8 dz (chain_hands_dz) makes it exactly
+// once: in the generated GEMM's epilogue (dact, dbias, D^T as the plan
+// asks), or after cuBLASLt's high-precision GEMM by one quantize launch
+// with the same dact, dbias and both usages (plus its dbias reduction),
+// never before the GEMM; over every spec and both backends.
+TEST(ExecutorLogic, AHandedDzIsMadeOnceByEitherBackend) {
+  for (GemmBackend backend : {GemmBackend::generated, GemmBackend::cublaslt}) {
+    int fused = 0, after_gemm = 0;
+    for_each_lowered_gemm(backend, [&](const LoweredGemm& x) {
+      const OutputEpilogue& e = x.step.epilogue;
+      const bool handed = x.step.role == GemmRole::dgrad && x.plan.tensor(x.step.out).is_fp8();
+      int quantizes = 0, reductions = 0;
+      bool gemm_seen = false, before_gemm = false;
+      const QuantizeKernel* q = nullptr;
+      for (const auto& a : x.lowered_step.actions) {
+        if (std::holds_alternative<GemmCall>(a)) gemm_seen = true;
+        const auto* k = std::get_if<KernelLaunch>(&a);
+        if (!k) continue;
+        if (k->role == LaunchRole::gradient_after_gemm) {
+          ++quantizes;
+          q = std::get_if<QuantizeKernel>(&k->kernel.description);
+          before_gemm = before_gemm || !gemm_seen;
+        }
+        if (k->role == LaunchRole::dbias_reduce) ++reductions;
+      }
+      if (!handed) {
+        EXPECT_EQ(quantizes, 0) << x.where;
+        EXPECT_EQ(x.call.dact, Activation::none) << x.where;
+        EXPECT_FALSE(x.call.dbias) << x.where;
+        return;
+      }
+      EXPECT_NE(e.out_scale, kNoTensor) << x.where;
+      EXPECT_NE(e.out_amax, kNoTensor) << x.where;
+      EXPECT_FALSE(before_gemm) << x.where;
+      if (x.call.backend == "generated") {
+        EXPECT_EQ(quantizes + reductions, 0) << x.where;
+        EXPECT_EQ(x.call.dact, e.dact) << x.where;
+        EXPECT_EQ(x.call.dbias, e.dbias != kNoTensor) << x.where;
+        EXPECT_TRUE(x.call.fp8_output) << x.where;
+        EXPECT_EQ(x.call.columnwise_output, e.out_columnwise != kNoTensor) << x.where;
+        ++fused;
+        return;
+      }
+      ASSERT_EQ(quantizes, 1) << x.where;
+      ASSERT_NE(q, nullptr) << x.where;
+      EXPECT_FALSE(x.call.fp8_output) << x.where;  // high precision into staging
+      EXPECT_FALSE(x.call.columnwise_output) << x.where;
+      EXPECT_EQ(q->dact, e.dact) << x.where;
+      EXPECT_EQ(q->dbias, e.dbias != kNoTensor) << x.where;
+      EXPECT_EQ(reductions, e.dbias != kNoTensor ? 1 : 0) << x.where;
+      EXPECT_TRUE(q->rowwise && q->amax) << x.where;
+      EXPECT_EQ(q->columnwise, e.out_columnwise != kNoTensor) << x.where;
+      EXPECT_EQ(q->format, x.plan.tensor(x.step.out).type) << x.where;
+      if (e.dact_input != kNoTensor) {
+        EXPECT_EQ(q->input, x.plan.tensor(e.dact_input).type) << x.where;
+      }
+      EXPECT_GE(x.lowered.staging.gemm_output,
+                x.plan.tensor(x.step.out).elements() * element_bytes(q->input))
+          << x.where;
+      ++after_gemm;
+    });
+    // chain_fp8_output.fp8: a column producer into a row consumer.
+    EXPECT_GT(backend == GemmBackend::generated ? fused : after_gemm, 0);
   }
 }
 
@@ -874,6 +962,18 @@ layer fc2 = linear { input = fc1  out = 256  recipe = r }
   ASSERT_FALSE(k.nan_verdict->watched.empty());
   EXPECT_EQ(k.nan_verdict->watched[0].amax, consumer.io.x_amax);
   EXPECT_EQ(k.nan_verdict->watched[0].source, consumer.io.x_fp8);
+  // The producer watches the dz amax fc2's dgrad epilogue writes, after its
+  // forward's amaxes: a NaN in its forward (which reaches dz through z) is
+  // named where it was made.
+  const LayerPlan& producer = plan.layers[0];
+  ASSERT_NE(producer.io.dy_amax, kNoTensor);
+  const LoweredLayer p = lower_layer(spec.layers[0], producer, {});
+  ASSERT_TRUE(p.nan_verdict.has_value());
+  const auto& w = p.nan_verdict->watched;
+  ASSERT_GE(w.size(), 3u);  // x, w, then dz
+  EXPECT_EQ(w[0].source, producer.io.x);
+  EXPECT_EQ(w.back().amax, producer.io.dy_amax);
+  EXPECT_EQ(w.back().source, producer.io.dy);
 }
 
 // `fp8c emit` (and so `fp8c compile`, which reads the same lowering) lists

@@ -238,6 +238,25 @@ std::vector<float> download_floats(const runtime::DeviceBuffer& b, std::size_t n
   return v;
 }
 
+// FP8 codes on the device, decoded with the scale they were written with.
+std::vector<float> download_fp8(const runtime::DeviceBuffer& b, std::size_t n, DType t,
+                                float scale) {
+  std::vector<std::uint8_t> codes(n);
+  b.download(codes.data(), n);
+  std::vector<float> v(n);
+  for (std::size_t k = 0; k < n; ++k) v[k] = numerics::fp8_to_float(codes[k], t) / scale;
+  return v;
+}
+
+// A delayed amax history as the GPU kept it against the CPU chain's: within
+// 1e-2 of each entry, the newest one set.
+void expect_history_near(const cpu::DelayedScale& got, const cpu::DelayedScale& want) {
+  ASSERT_EQ(got.history.size(), want.history.size());
+  for (std::size_t k = 0; k < want.history.size(); ++k)
+    EXPECT_NEAR(got.history[k], want.history[k], 1e-2 * std::fabs(want.history[k])) << k;
+  EXPECT_GT(want.history[0], 0.0f);
+}
+
 // Three steps of the chain through the host API against cpu::run_chain: the
 // FP8 bytes handed over (decoded with the reference's scale of that step),
 // both layers' outputs and gradients, and fc2's input history, which holds
@@ -246,7 +265,13 @@ std::vector<float> download_floats(const runtime::DeviceBuffer& b, std::size_t n
 // forward after fc1's) and the next step's fc1 forward after fc2's update.
 // fc1's GEMM also writes fc2's columnwise input (x.fp8.col, which fc2's
 // wgrad reads): as D^T beside D on the generated GEMM, by a transpose after
-// cuBLASLt's; fc2's dw checks those bytes.
+// cuBLASLt's; fc2's dw checks those bytes. Backward the other way: fc2's
+// dgrad hands fc1 FP8 dz (fc1's dgelu, dbias, amax and columnwise copy in
+// its epilogue on the generated GEMM, by the quantize kernel after
+// cuBLASLt's), which fc1's backward takes as its dy: the dz bytes (decoded
+// with fc1's gradient scale of the step), fc1's dx, dw and db (from those
+// bytes and that dbias), and fc1's dz history check it. The session orders
+// fc1's backward after fc2's on the callers' streams.
 void expect_fp8_chain_matches_cpu_chain(const std::string& name, const std::string& text) {
   const std::int64_t T = 128;
   Session s(write_spec(name, text), options_for(T));
@@ -257,9 +282,12 @@ void expect_fp8_chain_matches_cpu_chain(const std::string& name, const std::stri
   ASSERT_EQ(s.shape("fc2", "x"), (std::vector<std::int64_t>{T, 512}));
   runtime::DeviceBuffer h(static_cast<std::size_t>(T * 512));
   const TensorRef rh{reinterpret_cast<void*>(h.get()), DType::e4m3, T, 512};
+  ASSERT_EQ(s.dtype("fc2", "dx"), DType::e5m2);  // fc1's dz, in fc1's backward format
+  ASSERT_EQ(s.dtype("fc1", "dy"), DType::e5m2);
+  runtime::DeviceBuffer g(static_cast<std::size_t>(T * 512));
+  const TensorRef rg{reinterpret_cast<void*>(g.get()), DType::e5m2, T, 512};
   Outputs o1(T, l1.in, l1.out), o2(T, 512, l2.out);
   runtime::Stream stream_a, stream_b;
-  runtime::Event dx_ready;
   std::vector<cpu::ChainData> data;
   for (int i = 0; i < 3; ++i)
     data.push_back({cpu::random_layer_data(l1, T, 30 + i), cpu::random_layer_data(l2, T, 40 + i)});
@@ -269,7 +297,8 @@ void expect_fp8_chain_matches_cpu_chain(const std::string& name, const std::stri
   cpu::ExecutorOptions eo;
   eo.backend = collectives::Backend::kInProcess;
   const auto ref = cpu::run_chain(l1, plan.layers[0], l2, plan.layers[1], data, eo);
-  float scale = 1.0f;  // fc2's input scale in the step (the reference's)
+  float scale = 1.0f;     // fc2's input scale in the step (the reference's)
+  float dz_scale = 1.0f;  // fc1's gradient scale in the step
   std::vector<std::unique_ptr<StepInputs>> inputs;
   for (std::size_t i = 0; i < data.size(); ++i) {
     SCOPED_TRACE("step " + std::to_string(i));
@@ -282,30 +311,22 @@ void expect_fp8_chain_matches_cpu_chain(const std::string& name, const std::stri
     void* s2 = streams ? stream_b.get() : nullptr;
     s.forward("fc1", {a.x.ref, a.w.ref, a.b.ref}, rh, s1);
     s.forward("fc2", {rh, b.w.ref, b.b.ref}, o2.ry, s2);
-    s.backward("fc2", b.dy.ref, {o2.rdx, o2.rdw, o2.rdb}, s2);
-    if (streams) {  // the caller's own dependency: fc2's dX is fc1's dY
-      dx_ready.record(stream_b.get());
-      ASSERT_EQ(runtime::driver().cuStreamWaitEvent(stream_a.get(), dx_ready.get(), 0),
-                CUDA_SUCCESS);
-    }
-    s.backward("fc1", o2.rdx, {o1.rdx, o1.rdw, o1.rdb}, s1);
+    s.backward("fc2", b.dy.ref, {rg, o2.rdw, o2.rdb}, s2);
+    s.backward("fc1", rg, {o1.rdx, o1.rdw, o1.rdb}, s1);
     const cpu::ChainStepResult& r = ref[0][i];
     if (streams) {
       scale = r.second.state.delayed.at("x").scale;
+      dz_scale = r.first.state.delayed.at("dz").scale;
       continue;
     }
     s.synchronize();
-    std::vector<std::uint8_t> codes(static_cast<std::size_t>(T * 512));
-    h.download(codes.data(), codes.size());
-    std::vector<float> handed(codes.size());
-    for (std::size_t k = 0; k < codes.size(); ++k)
-      handed[k] = numerics::fp8_to_float(codes[k], DType::e4m3) / scale;
-    EXPECT_LT(relative_l2(handed, r.first.y), 3e-2);
+    EXPECT_LT(relative_l2(download_fp8(h, T * 512, DType::e4m3, scale), r.first.y), 3e-2);
     EXPECT_LT(relative_l2(download_floats(o2.y, T * l2.out, DType::bf16), r.second.y), 3e-2);
-    EXPECT_LT(relative_l2(download_floats(o2.dx, T * 512, DType::bf16), r.second.dx), 3e-2);
+    EXPECT_LT(relative_l2(download_fp8(g, T * 512, DType::e5m2, dz_scale), r.second.dx), 3e-2);
     EXPECT_LT(relative_l2(download_floats(o2.dw, l2.out * 512, DType::fp32), r.second.dw), 3e-2);
     EXPECT_LT(relative_l2(download_floats(o1.dx, T * l1.in, DType::bf16), r.first.dx), 3e-2);
     EXPECT_LT(relative_l2(download_floats(o1.dw, l1.out * l1.in, DType::fp32), r.first.dw), 3e-2);
+    EXPECT_LT(relative_l2(download_floats(o1.db, l1.out, DType::bf16), r.first.db), 3e-2);
     const std::string file = (fs::temp_directory_path() / "fp8c_session_chain.txt").string();
     s.save_state(file);
     std::ifstream f(file);
@@ -313,12 +334,13 @@ void expect_fp8_chain_matches_cpu_chain(const std::string& name, const std::stri
         runtime::parse_state_file(std::string((std::istreambuf_iterator<char>(f)), {}), file);
     const cpu::DelayedScale& got = states.at("fc2").delayed.at("x");
     const cpu::DelayedScale& want = r.second.state.delayed.at("x");
-    ASSERT_EQ(got.history.size(), want.history.size());
-    for (std::size_t k = 0; k < want.history.size(); ++k)
-      EXPECT_NEAR(got.history[k], want.history[k], 1e-2 * std::fabs(want.history[k])) << k;
-    EXPECT_GT(want.history[0], 0.0f);
+    expect_history_near(got, want);
     EXPECT_NEAR(got.scale, want.scale, 1e-2 * want.scale);
     scale = want.scale;
+    // fc1's dz amaxes: what fc2's dgrad epilogue wrote into fc1's state.
+    const cpu::DelayedScale& want_dz = r.first.state.delayed.at("dz");
+    expect_history_near(states.at("fc1").delayed.at("dz"), want_dz);
+    dz_scale = want_dz.scale;
   }
 }
 
@@ -394,6 +416,26 @@ TEST(Session, Fp8ChainMisuseNamesTheProblem) {
             }).find("must be the FP8 output y that 'fc1' forward wrote"),
             std::string::npos);
   EXPECT_NO_THROW(s.forward("fc2", {rh, b.w.ref, b.b.ref}, o2.ry));
+  // Backward: fc1 takes the FP8 dz fc2's backward wrote, after it.
+  Outputs o1(T, l1.in, l1.out);
+  runtime::DeviceBuffer dz(static_cast<std::size_t>(T * 512)),
+      other_dz(static_cast<std::size_t>(T * 512));
+  const TensorRef rdz{reinterpret_cast<void*>(dz.get()), DType::e5m2, T, 512};
+  const TensorRef wrong_dz{reinterpret_cast<void*>(other_dz.get()), DType::e5m2, T, 512};
+  EXPECT_NE(message([&] {
+              s.backward("fc1", rdz, {o1.rdx, o1.rdw, o1.rdb});
+            }).find("run 'fc2' backward first"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              s.backward("fc2", b.dy.ref, {o2.rdx, o2.rdw, o2.rdb});
+            }).find("input gradient dx is bf16 [128, 512], the plan needs e5m2 [128, 512]"),
+            std::string::npos);
+  EXPECT_NO_THROW(s.backward("fc2", b.dy.ref, {rdz, o2.rdw, o2.rdb}));
+  EXPECT_NE(message([&] {
+              s.backward("fc1", wrong_dz, {o1.rdx, o1.rdw, o1.rdb});
+            }).find("must be the FP8 input gradient dx that 'fc2' backward wrote"),
+            std::string::npos);
+  EXPECT_NO_THROW(s.backward("fc1", rdz, {o1.rdx, o1.rdw, o1.rdb}));
   EXPECT_NO_THROW(s.synchronize());
 }
 

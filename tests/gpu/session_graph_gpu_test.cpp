@@ -127,8 +127,12 @@ struct SessionRun {
     LayerInputs bi = b.inputs();
     bi.x = LayerTensors::ref(a.y, DType::e4m3, T, a.out);
     session.forward("fc2", bi, LayerTensors::ref(b.y, DType::bf16, T, b.out));
-    session.backward("fc2", LayerTensors::ref(b.dy, DType::bf16, T, b.out), b.grads());
-    session.backward("fc1", LayerTensors::ref(b.dx, DType::bf16, T, a.out), a.grads());
+    // fc2's dx: fc1's FP8 dz where fc2's dgrad hands it over (one rank).
+    const DType g = session.dtype("fc2", "dx");
+    LayerGrads bg = b.grads();
+    bg.dx = LayerTensors::ref(b.dx, g, T, a.out);
+    session.backward("fc2", LayerTensors::ref(b.dy, DType::bf16, T, b.out), bg);
+    session.backward("fc1", LayerTensors::ref(b.dx, g, T, a.out), a.grads());
     for (const char* name : {"cur", "blk", "gen"}) {
       LayerTensors& l = *t.at(name);
       session.forward(name, l.inputs(), LayerTensors::ref(l.y, DType::bf16, T, l.out));
