@@ -50,6 +50,15 @@ Scaling scaling_for(RecipeKind k, bool weight) {
   return Scaling::none;
 }
 
+// A layer's output columns on one of its `ranks` (split over a column
+// layer's ranks) and its input columns (split over a row layer's).
+std::uint64_t local_out_cols(const Layer& l, std::uint32_t ranks) {
+  return l.mode == ParallelMode::column && ranks > 1 ? l.out / ranks : l.out;
+}
+std::uint64_t local_in_cols(const Layer& l, std::uint32_t ranks) {
+  return l.mode == ParallelMode::row && ranks > 1 ? l.in / ranks : l.in;
+}
+
 // Whether a chained producer's GEMM also writes the columnwise copy of the
 // FP8 output it hands its consumer (OutputEpilogue::out_columnwise), so that
 // the consumer's wgrad reads it instead of transposing the FP8 input itself:
@@ -66,15 +75,9 @@ bool chain_hands_columnwise(const Layer& producer, std::uint32_t producer_ranks,
   const bool gemm_writes_output = column || producer_ranks == 1;
   const bool consumer_gathers = consumer.mode == ParallelMode::column &&
                                 consumer.layout.sequence_parallel && consumer_ranks > 1;
-  // The GEMM's output holds every token; its columns are `out`, split over
-  // a column producer's ranks. The consumer's input columns are `in`, split
-  // over a row consumer's ranks.
-  const std::uint64_t out_cols =
-      column && producer_ranks > 1 ? producer.out / producer_ranks : producer.out;
-  const std::uint64_t in_cols = consumer.mode == ParallelMode::row && consumer_ranks > 1
-                                    ? consumer.in / consumer_ranks
-                                    : consumer.in;
-  return gemm_writes_output && !consumer_gathers && out_cols == in_cols;
+  // The GEMM's output holds every token.
+  return gemm_writes_output && !consumer_gathers &&
+         local_out_cols(producer, producer_ranks) == local_in_cols(consumer, consumer_ranks);
 }
 
 // Whether a chained consumer's dgrad hands its producer FP8 dz instead of
@@ -109,13 +112,8 @@ bool chain_hands_dz(const Layer& producer, std::uint32_t producer_ranks, const L
   const bool consumer_writes_dx = consumer.mode == ParallelMode::row || consumer_ranks == 1;
   const bool producer_gathers =
       producer.mode == ParallelMode::row && producer.layout.sequence_parallel && producer_ranks > 1;
-  const std::uint64_t dz_cols = producer.mode == ParallelMode::column && producer_ranks > 1
-                                    ? producer.out / producer_ranks
-                                    : producer.out;
-  const std::uint64_t dx_cols = consumer.mode == ParallelMode::row && consumer_ranks > 1
-                                    ? consumer.in / consumer_ranks
-                                    : consumer.in;
-  return consumer_writes_dx && !producer_gathers && dz_cols == dx_cols;
+  return consumer_writes_dx && !producer_gathers &&
+         local_out_cols(producer, producer_ranks) == local_in_cols(consumer, consumer_ranks);
 }
 
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
@@ -1035,6 +1033,16 @@ std::uint32_t layer_ranks(const Layer& layer, const PlanOptions& options) {
   return r;
 }
 
+// The ranks of the block grid `layer` is planned on (PlanOptions::block_grid;
+// its own ranks where it has none).
+std::uint32_t block_grid_ranks(const Layer& layer, const PlanOptions& options) {
+  auto it = options.block_grid.find(layer.name);
+  if (it == options.block_grid.end()) return layer_ranks(layer, options);
+  PlanOptions at_grid = options;
+  at_grid.ranks = it->second;
+  return layer_ranks(layer, at_grid);
+}
+
 }  // namespace
 
 Plan plan_spec(const Spec& spec, const PlanOptions& options) {
@@ -1048,22 +1056,11 @@ Plan plan_spec(const Spec& spec, const PlanOptions& options) {
   for (const auto& layer : spec.layers) layer_ranks(layer, options);
   for (const auto& layer : spec.layers) {
     const std::uint32_t r = layer_ranks(layer, options);
-    std::uint32_t grid = r;
-    if (auto it = options.block_grid.find(layer.name); it != options.block_grid.end()) {
-      PlanOptions at_grid = options;
-      at_grid.ranks = it->second;
-      grid = layer_ranks(layer, at_grid);
-    }
+    const std::uint32_t grid = block_grid_ranks(layer, options);
     plan.ranks = std::max(plan.ranks, r);
     const auto ranks_of = [&](const Layer& l) { return layer_ranks(l, options); };
     const auto grid_of = [&](const Layer& l) {
-      std::uint32_t g = layer_ranks(l, options);
-      if (auto it = options.block_grid.find(l.name); it != options.block_grid.end()) {
-        PlanOptions at_grid = options;
-        at_grid.ranks = it->second;
-        g = std::max(g, layer_ranks(l, at_grid));
-      }
-      return g;
+      return std::max(layer_ranks(l, options), block_grid_ranks(l, options));
     };
     plan.layers.push_back(
         LayerPlanner(spec, layer, r, options.tokens, grid, ranks_of, grid_of).run());

@@ -75,6 +75,24 @@ const GemmStep* gemm_of(const LayerPlan& plan, GemmRole role) {
   return nullptr;
 }
 
+// A GEMM's error relative to sum |a||b| from its operands: each quantized
+// value is within u of its format of the value it stands for; the RMS
+// relative error of such a rounding is at most u / sqrt(3), and of a
+// product of two independently rounded operands sqrt(ua^2 + ub^2) /
+// sqrt(3). The bound takes sqrt(ua^2 + ub^2) (a sqrt(3) margin); none in
+// high precision.
+double operand_error(const LayerPlan& plan, const GemmStep& g) {
+  if (g.high_precision) return 0.0;
+  const double ua = unit_roundoff(plan.tensor(g.a).type);
+  const double ub = unit_roundoff(plan.tensor(g.b).type);
+  return std::sqrt(ua * ua + ub * ub);
+}
+
+// fp32 accumulation over K: independent roundings grow as sqrt(K) u32 (2x).
+double accumulation_error(std::uint64_t k) {
+  return 2 * std::sqrt(double(std::max<std::uint64_t>(k, 1))) * unit_roundoff(ElemType::fp32);
+}
+
 // The K extent of a GEMM (global: the one-rank plan's).
 std::uint64_t k_extent(const Layer& layer, GemmRole role, std::uint64_t tokens) {
   return role == GemmRole::fprop ? layer.in : role == GemmRole::dgrad ? layer.out : tokens;
@@ -378,12 +396,8 @@ double handed_gradient_bound(const Layer& producer, const LayerPlan& consumer,
                              const std::vector<double>& dx, const std::vector<float>& z) {
   const GemmStep* g = gemm_of(consumer, GemmRole::dgrad);
   if (!g) return 0.0;
-  const double ua = unit_roundoff(consumer.tensor(g->a).type);
-  const double ub = unit_roundoff(consumer.tensor(g->b).type);
-  const std::uint64_t k = consumer.tensor(g->a).dims[1].global;
   const double gemm =
-      std::sqrt(ua * ua + ub * ub) +
-      2 * std::sqrt(double(std::max<std::uint64_t>(k, 1))) * unit_roundoff(ElemType::fp32);
+      operand_error(consumer, *g) + accumulation_error(consumer.tensor(g->a).dims[1].global);
   std::vector<double> dz = dx;
   return apply_dact(producer.activation, z, dz) * gemm;
 }
@@ -567,31 +581,21 @@ double handed_dz_reference(const LayerPlan& plan, const RankStepResult& run,
 double float64_bound(const Layer& layer, const LayerPlan& plan, const std::string& tensor,
                      double z_over_y) {
   const double ud = unit_roundoff(layer.dtype);
-  const double u32 = unit_roundoff(ElemType::fp32);
   const bool db = tensor == "db";
   const GemmRole role = tensor == "dx"   ? GemmRole::dgrad
                         : tensor == "dw" ? GemmRole::wgrad
                                          : GemmRole::fprop;
-  // The GEMM's operands: each quantized value is within u of its format of
-  // the value it stands for; the RMS relative error of such a rounding is at
-  // most u / sqrt(3), and of a product of two independently rounded
-  // operands sqrt(ua^2 + ub^2) / sqrt(3). The bound takes sqrt(ua^2 + ub^2)
-  // (a sqrt(3) margin).
+  // The GEMM's operands (operand_error), and its fp32 accumulation over K:
+  // the GEMM's; a column sum's is the tokens.
   double gemm = 0.0;
-  // K: the GEMM's; a column sum's is the tokens.
   std::uint64_t k = plan.tensor(plan.io.dy).dims[0].global;
   const GemmStep* g = db ? nullptr : gemm_of(plan, role);
-  if (g && !g->high_precision) {
-    const double ua = unit_roundoff(plan.tensor(g->a).type);
-    const double ub = unit_roundoff(plan.tensor(g->b).type);
-    gemm = std::sqrt(ua * ua + ub * ub);
-  }
   if (g) {
+    gemm = operand_error(plan, *g);
     const Tensor& a = plan.tensor(g->a);
     k = a.dims[static_cast<std::size_t>(role == GemmRole::wgrad ? 0 : 1)].global;
   }
-  // fp32 accumulation: independent roundings grow as sqrt(K) u32 (2x).
-  const double accumulation = 2 * std::sqrt(double(std::max<std::uint64_t>(k, 1))) * u32;
+  const double accumulation = accumulation_error(k);
   // A sum over the group: 2R - 1 roundings of partials and running sums in
   // the layer dtype, each at most u of the partials' magnitude.
   double sum = 0.0;
